@@ -1,0 +1,339 @@
+//! The log handle: create, open, group commit, snapshots, cuts, purge.
+//!
+//! Invariants:
+//! - After [`Wal::save`] or [`Wal::save_snapshot`] returns `Ok`, everything
+//!   it was given is durable. Before it returns, nothing counts as durable.
+//! - Every write is followed by exactly one `fdatasync` of the same file
+//!   before the call returns; a batch never spans segments.
+//! - Once any write or sync fails the log is poisoned: every later call
+//!   returns [`Error::Poisoned`]. A failed fsync is never retried.
+//! - Entries in a save are contiguous, and the first is at most one past
+//!   the log's last index (raft appends or rewrites a suffix). A caller
+//!   breaking that is a bug, and the log panics rather than store it.
+
+use std::fs::{self, File, TryLockError};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+
+use crate::error::{Error, Result};
+use crate::frame::{Encoder, BODY_HEADER_BYTES, LENGTH_WORD_BYTES, RECORD_BODY_BYTES_MAX};
+use crate::record::{self, Entry, HardState, Record, SnapshotMeta};
+use crate::replay::{self, Replay, SnapshotPosition};
+use crate::segment::{self, Segment, SegmentName};
+use crate::sync;
+
+/// Default segment size: 64 MiB, etcd's. Large enough that cuts (a file
+/// creation, two syncs and a directory sync) are rare next to the saves in
+/// between, small enough that purging after a snapshot frees space soon.
+pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 64 << 20;
+
+/// Highest sync latency the histogram tracks, in microseconds (one minute).
+/// A slower sync is recorded as this value.
+pub const SYNC_LATENCY_US_MAX: u64 = 60_000_000;
+
+const LOCK_FILE: &str = "LOCK";
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Size segments are preallocated to, and the size past which a save
+    /// triggers a cut. Tests set it small to force many segments.
+    pub segment_size_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            segment_size_bytes: SEGMENT_SIZE_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// An open write-ahead log. One process at a time holds a directory.
+pub struct Wal {
+    dir: PathBuf,
+    /// Holds the directory's advisory lock for as long as the log is open.
+    _lock: File,
+    options: Options,
+    metadata: Vec<u8>,
+    /// Every live segment, oldest first; the last is the one written to.
+    segments: Vec<SegmentName>,
+    tail: Segment,
+    encoder: Encoder,
+    last_index: u64,
+    hard_state: HardState,
+    /// Reused between saves so a save allocates nothing in steady state.
+    buffer: Vec<u8>,
+    poisoned: bool,
+    sync_latency_us: Histogram<u64>,
+}
+
+impl Wal {
+    /// Creates a new, empty log in `dir` (made if missing). `metadata` is
+    /// stored in every segment and returned by every replay.
+    pub fn create(dir: &Path, options: Options, metadata: &[u8]) -> Result<Wal> {
+        fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync::fsync_dir(parent).map_err(|e| Error::io("fsync directory", parent, e))?;
+        }
+        let lock = lock(dir)?;
+        if !segment::list(dir)?.is_empty() {
+            return Err(Error::AlreadyExists(dir.to_path_buf()));
+        }
+        let name = SegmentName { seq: 0, first_index: 0 };
+        let hard_state = HardState::default();
+        let (tail, crc) = segment::create(dir, name, options.segment_size_bytes, 0, metadata, &hard_state)?;
+        Ok(Wal {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+            options,
+            metadata: metadata.to_vec(),
+            segments: vec![name],
+            tail,
+            encoder: Encoder::new(crc),
+            last_index: 0,
+            hard_state,
+            buffer: Vec::new(),
+            poisoned: false,
+            sync_latency_us: new_latency_histogram(),
+        })
+    }
+
+    /// Whether `dir` holds a log (at least one segment).
+    pub fn exists(dir: &Path) -> bool {
+        fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .any(|e| e.file_name().to_str().and_then(SegmentName::parse).is_some())
+            })
+            .unwrap_or(false)
+    }
+
+    /// Opens the log in `dir` and replays it from the snapshot `at`
+    /// (index 0 for the whole log). A torn tail is truncated (see
+    /// [`Replay::repaired`]); any other damage refuses to open.
+    pub fn open(dir: &Path, options: Options, at: SnapshotPosition) -> Result<(Wal, Replay)> {
+        let lock = lock(dir)?;
+        let recovered = replay::recover(dir, at)?;
+        let tail_name = *recovered.segments.last().expect("recover returns segments");
+        let tail = segment::open_for_append(dir, tail_name, recovered.tail_offset)?;
+        let wal = Wal {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+            options,
+            metadata: recovered.replay.metadata.clone(),
+            segments: recovered.segments,
+            tail,
+            encoder: Encoder::new(recovered.crc),
+            last_index: recovered.last_index,
+            hard_state: recovered.replay.hard_state,
+            buffer: Vec::new(),
+            poisoned: false,
+            sync_latency_us: new_latency_histogram(),
+        };
+        Ok((wal, recovered.replay))
+    }
+
+    /// Appends `entries` and then `hard_state` (when given) and makes them
+    /// all durable with one write and one `fdatasync`: raft's group commit.
+    /// Entries go first so a torn save never leaves a commit index that
+    /// points past the entries on disk.
+    pub fn save(&mut self, entries: &[Entry], hard_state: Option<&HardState>) -> Result<()> {
+        self.check_usable()?;
+        if let Some(first) = entries.first() {
+            assert!(
+                first.index <= self.last_index + 1,
+                "entry {} would leave a gap after last index {}",
+                first.index,
+                self.last_index
+            );
+            for (offset, entry) in entries.iter().enumerate() {
+                assert_eq!(entry.index, first.index + offset as u64, "entries in a save are contiguous");
+                let body_bytes = BODY_HEADER_BYTES + record::ENTRY_FIXED_BYTES + entry.data.len();
+                if body_bytes > RECORD_BODY_BYTES_MAX {
+                    return Err(Error::RecordTooLarge {
+                        bytes: body_bytes,
+                        max: RECORD_BODY_BYTES_MAX,
+                    });
+                }
+            }
+        }
+        self.buffer.clear();
+        for entry in entries {
+            self.encoder.encode_with(record::TYPE_ENTRY, &mut self.buffer, |out| {
+                record::encode_entry_payload(entry.index, entry.term, &entry.data, out)
+            });
+        }
+        if let Some(hard_state) = hard_state {
+            self.encoder.encode_with(record::TYPE_HARD_STATE, &mut self.buffer, |out| {
+                record::encode_hard_state_payload(hard_state, out)
+            });
+        }
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        self.write_and_sync()?;
+        if let Some(last) = entries.last() {
+            self.last_index = last.index;
+        }
+        if let Some(hard_state) = hard_state {
+            self.hard_state = *hard_state;
+        }
+        self.cut_if_full()
+    }
+
+    /// Records that a snapshot at `snapshot.index` exists, durably. Call it
+    /// once the snapshot itself is durable, and before [`Wal::release_to`].
+    pub fn save_snapshot(&mut self, snapshot: &SnapshotMeta) -> Result<()> {
+        self.check_usable()?;
+        self.buffer.clear();
+        self.encoder.encode(&Record::Snapshot(snapshot.clone()), &mut self.buffer);
+        self.write_and_sync()?;
+        self.last_index = self.last_index.max(snapshot.index);
+        self.cut_if_full()
+    }
+
+    /// Removes the segments that replay from a snapshot at `index` no
+    /// longer needs (every one before the last with `first_index <= index`).
+    /// Returns how many were removed. Oldest go first, so a crash midway
+    /// leaves a contiguous run of segments.
+    pub fn release_to(&mut self, index: u64) -> Result<usize> {
+        self.check_usable()?;
+        let Some(keep_from) = self.segments.iter().rposition(|name| name.first_index <= index) else {
+            return Ok(0);
+        };
+        if keep_from == 0 {
+            return Ok(0);
+        }
+        for name in &self.segments[..keep_from] {
+            let path = name.path(&self.dir);
+            fs::remove_file(&path).map_err(|e| Error::io("remove segment", &path, e))?;
+        }
+        self.segments.drain(..keep_from);
+        if let Err(error) = sync::fsync_dir(&self.dir) {
+            self.poisoned = true;
+            return Err(Error::io("fsync directory", &self.dir, error));
+        }
+        Ok(keep_from)
+    }
+
+    /// The last raft index the log holds (entries, or a snapshot past them).
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    /// The last hard state saved.
+    pub fn hard_state(&self) -> HardState {
+        self.hard_state
+    }
+
+    /// The metadata given at creation.
+    pub fn metadata(&self) -> &[u8] {
+        &self.metadata
+    }
+
+    /// The directory holding the log.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// How many segment files the log holds.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The segment being written to and the offset where the next frame
+    /// goes. For diagnostics and crash tests.
+    pub fn tail(&self) -> (&Path, u64) {
+        (&self.tail.path, self.tail.offset)
+    }
+
+    /// Latency of every `fdatasync` a save made, in microseconds.
+    pub fn sync_latency_us(&self) -> &Histogram<u64> {
+        &self.sync_latency_us
+    }
+
+    /// Whether an earlier failure poisoned the log.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    /// Writes the buffer at the tail and syncs it; poisons on any failure.
+    fn write_and_sync(&mut self) -> Result<()> {
+        debug_assert_eq!(self.buffer.len() % 8, 0);
+        debug_assert!(self.buffer.len() >= LENGTH_WORD_BYTES);
+        let tail = &self.tail;
+        if let Err(error) = sync::write_all_at(&tail.file, &self.buffer, tail.offset) {
+            self.poisoned = true;
+            return Err(Error::io("write", &tail.path, error));
+        }
+        let started = Instant::now();
+        if let Err(error) = sync::fdatasync(&tail.file) {
+            self.poisoned = true;
+            tracing::error!(path = %tail.path.display(), %error, "fdatasync failed; the log is poisoned");
+            return Err(Error::io("fdatasync", &tail.path, error));
+        }
+        let micros = (started.elapsed().as_micros() as u64).clamp(1, SYNC_LATENCY_US_MAX);
+        self.sync_latency_us.saturating_record(micros);
+        self.tail.offset += self.buffer.len() as u64;
+        Ok(())
+    }
+
+    fn cut_if_full(&mut self) -> Result<()> {
+        if self.tail.offset < self.options.segment_size_bytes {
+            return Ok(());
+        }
+        let name = SegmentName {
+            seq: self.tail.name.seq + 1,
+            first_index: self.last_index + 1,
+        };
+        let created = segment::create(
+            &self.dir,
+            name,
+            self.options.segment_size_bytes,
+            self.encoder.crc(),
+            &self.metadata,
+            &self.hard_state,
+        );
+        match created {
+            Ok((tail, crc)) => {
+                self.tail = tail;
+                self.encoder = Encoder::new(crc);
+                self.segments.push(name);
+                Ok(())
+            }
+            Err(error) => {
+                self.poisoned = true;
+                Err(error)
+            }
+        }
+    }
+}
+
+fn new_latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, SYNC_LATENCY_US_MAX, 3).expect("valid histogram bounds")
+}
+
+fn lock(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io("open lock", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(Error::Locked(dir.to_path_buf())),
+        Err(TryLockError::Error(e)) => Err(Error::io("lock", &path, e)),
+    }
+}
