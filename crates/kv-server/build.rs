@@ -3,7 +3,11 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../proto");
-    let files = ["etcdserverpb/rpc.proto", "mvccpb/kv.proto", "authpb/auth.proto"];
+    let files = [
+        "etcdserverpb/rpc.proto",
+        "mvccpb/kv.proto",
+        "authpb/auth.proto",
+    ];
     let descriptors = protox::compile(files, [proto_root])?;
     tonic_prost_build::configure()
         .build_client(true)

@@ -1,13 +1,15 @@
 //! Walks the frames of one segment and decides how its data ends.
 //!
 //! A segment's data ends in one of three ways:
-//! - **clean**: a zero length word (the preallocated zeros), or the end of
-//!   the file exactly at a frame boundary;
+//! - **clean**: a zero length word followed only by zeros (the
+//!   preallocated space), or the end of the file at a frame boundary;
 //! - **torn**: only in the last segment, and only after its header. The
 //!   frame runs past the end of the file, or it fails its checks and one of
 //!   the 512-byte sectors it covers is all zeros, which is what a write
-//!   interrupted before its `fdatasync` leaves in a preallocated file.
-//!   Replay truncates there (see [`crate::repair`]);
+//!   interrupted before its `fdatasync` leaves in a preallocated file. Or
+//!   the data ends at a zero length word but non-zero bytes follow: later
+//!   sectors of an interrupted write that landed when an earlier one did
+//!   not. Replay truncates there (see [`crate::repair`]);
 //! - **corrupt**: anything else, such as a bad crc with no zeroed sector, a
 //!   damaged length word, or any damage outside the last segment. Opening
 //!   refuses, naming the file and offset.
@@ -48,10 +50,13 @@ pub struct SegmentEnd {
 /// Decodes every valid frame of `bytes`, calling `visit(offset, record)` in
 /// order, and reports how the data ends. `is_last` says whether this is the
 /// last segment of the log, the only one whose tail may be torn.
+/// `expected_seed` is the crc the previous segment ended with, when it was
+/// read; the segment's seed must equal it, checked before anything else.
 pub fn decode_segment(
     bytes: &[u8],
     path: &Path,
     is_last: bool,
+    expected_seed: Option<u32>,
     mut visit: impl FnMut(u64, Record) -> Result<()>,
 ) -> Result<SegmentEnd> {
     let corrupt = |offset: usize, corruption: Corruption| Error::Corrupt {
@@ -71,7 +76,18 @@ pub fn decode_segment(
             Frame::Body { body, frame_bytes } => match frame::check_body(body, crc) {
                 Ok((record, next_crc)) => {
                     match (records, &record) {
-                        (0, Record::CrcSeed(value)) => seed = Some(*value),
+                        (0, Record::CrcSeed(value)) => {
+                            if let Some(expected) =
+                                expected_seed.filter(|expected| expected != value)
+                            {
+                                let broken = Corruption::ChainBroken {
+                                    expected,
+                                    found: *value,
+                                };
+                                return Err(corrupt(offset, broken));
+                            }
+                            seed = Some(*value)
+                        }
                         (0, _) => return Err(corrupt(offset, Corruption::MissingSeed)),
                         _ => {}
                     }
@@ -86,6 +102,23 @@ pub fn decode_segment(
         };
         let torn = is_last && records >= HEADER_RECORDS && is_torn(bytes, offset, &damage);
         if !torn {
+            return Err(corrupt(offset, damage));
+        }
+        return Ok(SegmentEnd {
+            offset: offset as u64,
+            crc,
+            seed: seed.expect("header was read"),
+            torn: Some(damage),
+        });
+    }
+    // Past the end only zeros belong. A torn write can leave later sectors
+    // of a batch written after an earlier one that was not, so in the last
+    // segment stray bytes are a torn tail and are zeroed by repair.
+    if let Some(stray) = bytes[offset..].iter().position(|&b| b != 0) {
+        let damage = Corruption::BytesAfterEnd {
+            first_nonzero: (offset + stray) as u64,
+        };
+        if !(is_last && records >= HEADER_RECORDS) {
             return Err(corrupt(offset, damage));
         }
         return Ok(SegmentEnd {
@@ -126,6 +159,12 @@ fn next_frame(bytes: &[u8], offset: usize) -> Frame<'_> {
         return Frame::End;
     }
     let Some(word) = bytes[offset..].first_chunk::<LENGTH_WORD_BYTES>() else {
+        // Fewer than 8 bytes left: zeros are the end of the data (a file
+        // cut short and repaired can end off the 8-byte grid); anything
+        // else is a length word cut short.
+        if bytes[offset..].iter().all(|&b| b == 0) {
+            return Frame::End;
+        }
         return Frame::Damaged(Corruption::Truncated {
             frame_end: (offset + LENGTH_WORD_BYTES) as u64,
             file_bytes: file_bytes as u64,
@@ -157,9 +196,16 @@ fn next_frame(bytes: &[u8], offset: usize) -> Frame<'_> {
 fn is_torn(bytes: &[u8], offset: usize, damage: &Corruption) -> bool {
     match damage {
         Corruption::Truncated { .. } => true,
-        Corruption::CrcMismatch { .. } | Corruption::UnknownType { .. } | Corruption::BadPayload { .. } => {
-            let word = u64::from_le_bytes(bytes[offset..offset + LENGTH_WORD_BYTES].try_into().expect("8 bytes"));
-            let (body_bytes, padding_bytes) = frame::parse_length_word(word).expect("length word was valid");
+        Corruption::CrcMismatch { .. }
+        | Corruption::UnknownType { .. }
+        | Corruption::BadPayload { .. } => {
+            let word = u64::from_le_bytes(
+                bytes[offset..offset + LENGTH_WORD_BYTES]
+                    .try_into()
+                    .expect("8 bytes"),
+            );
+            let (body_bytes, padding_bytes) =
+                frame::parse_length_word(word).expect("length word was valid");
             let frame_end = offset + LENGTH_WORD_BYTES + body_bytes + padding_bytes;
             has_zero_sector(&bytes[..frame_end], offset)
         }
@@ -191,8 +237,14 @@ mod tests {
         let mut bytes = vec![1u8; 2048];
         assert!(!has_zero_sector(&bytes, 100));
         bytes[1024..1100].fill(0);
-        assert!(!has_zero_sector(&bytes[..1100 + 1], 600), "piece 1024..1101 has a 1");
-        assert!(has_zero_sector(&bytes[..1100], 600), "piece 1024..1100 is all zeros");
+        assert!(
+            !has_zero_sector(&bytes[..1100 + 1], 600),
+            "piece 1024..1101 has a 1"
+        );
+        assert!(
+            has_zero_sector(&bytes[..1100], 600),
+            "piece 1024..1100 is all zeros"
+        );
         bytes[1600..2048].fill(0);
         assert!(has_zero_sector(&bytes, 1600));
     }

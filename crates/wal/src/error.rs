@@ -30,6 +30,9 @@ pub enum Corruption {
     IndexGap { expected_at_most: u64, found: u64 },
     /// The metadata record differs from the first segment's.
     MetadataMismatch,
+    /// Non-zero bytes after the end of the data (a zero length word), where
+    /// only the preallocated zeros belong.
+    BytesAfterEnd { first_nonzero: u64 },
 }
 
 impl std::fmt::Display for Corruption {
@@ -58,6 +61,9 @@ impl std::fmt::Display for Corruption {
                 found,
             } => write!(f, "entry index {found} leaves a gap (expected at most {expected_at_most})"),
             Corruption::MetadataMismatch => write!(f, "metadata differs from the first segment's"),
+            Corruption::BytesAfterEnd { first_nonzero } => {
+                write!(f, "non-zero byte at {first_nonzero} after the end of the data")
+            }
         }
     }
 }

@@ -48,7 +48,7 @@ pub fn parse_length_word(word: u64) -> Result<(usize, usize), Corruption> {
         return Err(Corruption::BadLength { body_bytes });
     }
     let body_bytes = body_bytes as usize;
-    if (LENGTH_WORD_BYTES + body_bytes + padding_bytes) % ALIGNMENT_BYTES != 0 {
+    if !(LENGTH_WORD_BYTES + body_bytes + padding_bytes).is_multiple_of(ALIGNMENT_BYTES) {
         return Err(Corruption::BadLength {
             body_bytes: body_bytes as u64,
         });
@@ -74,12 +74,19 @@ impl Encoder {
 
     /// Frames one record onto `out`. Returns the frame's length in bytes.
     pub fn encode(&mut self, record: &Record, out: &mut Vec<u8>) -> usize {
-        self.encode_with(record.record_type(), out, |payload| record.encode_payload(payload))
+        self.encode_with(record.record_type(), out, |payload| {
+            record.encode_payload(payload)
+        })
     }
 
     /// Frames a record whose payload `write_payload` appends; lets the hot
     /// path encode entries without building a [`Record`] first.
-    pub fn encode_with(&mut self, record_type: u8, out: &mut Vec<u8>, write_payload: impl FnOnce(&mut Vec<u8>)) -> usize {
+    pub fn encode_with(
+        &mut self,
+        record_type: u8,
+        out: &mut Vec<u8>,
+        write_payload: impl FnOnce(&mut Vec<u8>),
+    ) -> usize {
         let start = out.len();
         debug_assert_eq!(start % ALIGNMENT_BYTES, 0, "frames start aligned");
         out.extend_from_slice(&[0; LENGTH_WORD_BYTES + 4]);
@@ -90,10 +97,12 @@ impl Encoder {
             body_bytes <= RECORD_BODY_BYTES_MAX,
             "record of {body_bytes} bytes; callers check RECORD_BODY_BYTES_MAX first"
         );
-        let padding_bytes = (ALIGNMENT_BYTES - (LENGTH_WORD_BYTES + body_bytes) % ALIGNMENT_BYTES) % ALIGNMENT_BYTES;
+        let padding_bytes = (ALIGNMENT_BYTES - (LENGTH_WORD_BYTES + body_bytes) % ALIGNMENT_BYTES)
+            % ALIGNMENT_BYTES;
         let crc_start = start + LENGTH_WORD_BYTES;
         self.crc = crc32c::crc32c_append(self.crc, &out[crc_start + 4..]);
-        out[start..crc_start].copy_from_slice(&length_word(body_bytes, padding_bytes).to_le_bytes());
+        out[start..crc_start]
+            .copy_from_slice(&length_word(body_bytes, padding_bytes).to_le_bytes());
         out[crc_start..crc_start + 4].copy_from_slice(&self.crc.to_le_bytes());
         out.resize(out.len() + padding_bytes, 0);
         out.len() - start
@@ -154,7 +163,10 @@ mod tests {
             let (body_bytes, padding_bytes) = parse_length_word(word).unwrap();
             assert_eq!(LENGTH_WORD_BYTES + body_bytes + padding_bytes, frame_bytes);
             for bit in 0..64 {
-                assert!(parse_length_word(word ^ (1 << bit)).is_err(), "bit {bit} of {word:#x}");
+                assert!(
+                    parse_length_word(word ^ (1 << bit)).is_err(),
+                    "bit {bit} of {word:#x}"
+                );
             }
         }
     }
@@ -177,6 +189,9 @@ mod tests {
         assert_eq!(crc, after_seed);
         let second = body(&out[seed_bytes..]);
         assert!(check_body(&second, after_seed).is_ok());
-        assert!(matches!(check_body(&second, after_seed ^ 1), Err(Corruption::CrcMismatch { .. })));
+        assert!(matches!(
+            check_body(&second, after_seed ^ 1),
+            Err(Corruption::CrcMismatch { .. })
+        ));
     }
 }

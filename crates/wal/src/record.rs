@@ -86,7 +86,12 @@ impl Record {
                 out.extend_from_slice(&snapshot.term.to_le_bytes());
                 let conf = &snapshot.conf_state;
                 out.push(conf.auto_leave as u8);
-                for list in [&conf.voters, &conf.learners, &conf.voters_outgoing, &conf.learners_next] {
+                for list in [
+                    &conf.voters,
+                    &conf.learners,
+                    &conf.voters_outgoing,
+                    &conf.learners_next,
+                ] {
                     let count = u32::try_from(list.len()).expect("conf state list fits in u32");
                     out.extend_from_slice(&count.to_le_bytes());
                     for id in list {
@@ -232,12 +237,23 @@ mod tests {
         for record in records {
             let mut payload = Vec::new();
             record.encode_payload(&mut payload);
-            assert_eq!(Record::decode(record.record_type(), &payload), Some(record.clone()));
+            assert_eq!(
+                Record::decode(record.record_type(), &payload),
+                Some(record.clone())
+            );
             if !matches!(record, Record::Entry(_) | Record::Metadata(_)) {
                 payload.push(0);
-                assert_eq!(Record::decode(record.record_type(), &payload), None, "{record:?} + extra byte");
+                assert_eq!(
+                    Record::decode(record.record_type(), &payload),
+                    None,
+                    "{record:?} + extra byte"
+                );
                 payload.truncate(payload.len() - 2);
-                assert_eq!(Record::decode(record.record_type(), &payload), None, "{record:?} - a byte");
+                assert_eq!(
+                    Record::decode(record.record_type(), &payload),
+                    None,
+                    "{record:?} - a byte"
+                );
             }
         }
         assert_eq!(Record::decode(99, b""), None);

@@ -111,19 +111,9 @@ pub(crate) fn recover(dir: &Path, at: SnapshotPosition) -> Result<Recovered> {
         let bytes = fs::read(&path).map_err(|e| Error::io("read segment", &path, e))?;
         let is_last = position + 1 == names.len();
         let segment_end: SegmentEnd =
-            decoder::decode_segment(&bytes, &path, is_last, |offset, record| state.apply(&path, offset, record))?;
-        if let Some(expected) = previous_crc {
-            if segment_end.seed != expected {
-                return Err(Error::Corrupt {
-                    path,
-                    offset: 0,
-                    corruption: Corruption::ChainBroken {
-                        expected,
-                        found: segment_end.seed,
-                    },
-                });
-            }
-        }
+            decoder::decode_segment(&bytes, &path, is_last, previous_crc, |offset, record| {
+                state.apply(&path, offset, record)
+            })?;
         previous_crc = Some(segment_end.crc);
         if let Some(damage) = &segment_end.torn {
             let broken_copy = repair::truncate_torn_tail(&path, segment_end.offset, damage)?;

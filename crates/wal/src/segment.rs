@@ -23,7 +23,10 @@ pub struct SegmentName {
 
 impl SegmentName {
     pub fn file_name(&self) -> String {
-        format!("{:016x}-{:016x}{SEGMENT_SUFFIX}", self.seq, self.first_index)
+        format!(
+            "{:016x}-{:016x}{SEGMENT_SUFFIX}",
+            self.seq, self.first_index
+        )
     }
 
     pub fn path(&self, dir: &Path) -> PathBuf {
@@ -34,7 +37,11 @@ impl SegmentName {
     pub fn parse(file_name: &str) -> Option<SegmentName> {
         let stem = file_name.strip_suffix(SEGMENT_SUFFIX)?;
         let (seq, first_index) = stem.split_once('-')?;
-        let hex = |s: &str| (s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| u64::from_str_radix(s, 16).ok()).flatten();
+        let hex = |s: &str| {
+            (s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+                .then(|| u64::from_str_radix(s, 16).ok())
+                .flatten()
+        };
         Some(SegmentName {
             seq: hex(seq)?,
             first_index: hex(first_index)?,
@@ -50,7 +57,9 @@ pub fn list(dir: &Path) -> Result<Vec<SegmentName>> {
     for entry in entries {
         let entry = entry.map_err(|e| Error::io("read directory", dir, e))?;
         let file_name = entry.file_name();
-        let Some(file_name) = file_name.to_str() else { continue };
+        let Some(file_name) = file_name.to_str() else {
+            continue;
+        };
         if file_name.ends_with(TEMPORARY_SUFFIX) {
             let path = entry.path();
             fs::remove_file(&path).map_err(|e| Error::io("remove leftover", &path, e))?;

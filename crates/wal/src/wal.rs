@@ -81,9 +81,19 @@ impl Wal {
         if !segment::list(dir)?.is_empty() {
             return Err(Error::AlreadyExists(dir.to_path_buf()));
         }
-        let name = SegmentName { seq: 0, first_index: 0 };
+        let name = SegmentName {
+            seq: 0,
+            first_index: 0,
+        };
         let hard_state = HardState::default();
-        let (tail, crc) = segment::create(dir, name, options.segment_size_bytes, 0, metadata, &hard_state)?;
+        let (tail, crc) = segment::create(
+            dir,
+            name,
+            options.segment_size_bytes,
+            0,
+            metadata,
+            &hard_state,
+        )?;
         Ok(Wal {
             dir: dir.to_path_buf(),
             _lock: lock,
@@ -104,9 +114,12 @@ impl Wal {
     pub fn exists(dir: &Path) -> bool {
         fs::read_dir(dir)
             .map(|entries| {
-                entries
-                    .flatten()
-                    .any(|e| e.file_name().to_str().and_then(SegmentName::parse).is_some())
+                entries.flatten().any(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(SegmentName::parse)
+                        .is_some()
+                })
             })
             .unwrap_or(false)
     }
@@ -150,7 +163,11 @@ impl Wal {
                 self.last_index
             );
             for (offset, entry) in entries.iter().enumerate() {
-                assert_eq!(entry.index, first.index + offset as u64, "entries in a save are contiguous");
+                assert_eq!(
+                    entry.index,
+                    first.index + offset as u64,
+                    "entries in a save are contiguous"
+                );
                 let body_bytes = BODY_HEADER_BYTES + record::ENTRY_FIXED_BYTES + entry.data.len();
                 if body_bytes > RECORD_BODY_BYTES_MAX {
                     return Err(Error::RecordTooLarge {
@@ -162,14 +179,16 @@ impl Wal {
         }
         self.buffer.clear();
         for entry in entries {
-            self.encoder.encode_with(record::TYPE_ENTRY, &mut self.buffer, |out| {
-                record::encode_entry_payload(entry.index, entry.term, &entry.data, out)
-            });
+            self.encoder
+                .encode_with(record::TYPE_ENTRY, &mut self.buffer, |out| {
+                    record::encode_entry_payload(entry.index, entry.term, &entry.data, out)
+                });
         }
         if let Some(hard_state) = hard_state {
-            self.encoder.encode_with(record::TYPE_HARD_STATE, &mut self.buffer, |out| {
-                record::encode_hard_state_payload(hard_state, out)
-            });
+            self.encoder
+                .encode_with(record::TYPE_HARD_STATE, &mut self.buffer, |out| {
+                    record::encode_hard_state_payload(hard_state, out)
+                });
         }
         if self.buffer.is_empty() {
             return Ok(());
@@ -189,7 +208,8 @@ impl Wal {
     pub fn save_snapshot(&mut self, snapshot: &SnapshotMeta) -> Result<()> {
         self.check_usable()?;
         self.buffer.clear();
-        self.encoder.encode(&Record::Snapshot(snapshot.clone()), &mut self.buffer);
+        self.encoder
+            .encode(&Record::Snapshot(snapshot.clone()), &mut self.buffer);
         self.write_and_sync()?;
         self.last_index = self.last_index.max(snapshot.index);
         self.cut_if_full()
@@ -201,7 +221,11 @@ impl Wal {
     /// leaves a contiguous run of segments.
     pub fn release_to(&mut self, index: u64) -> Result<usize> {
         self.check_usable()?;
-        let Some(keep_from) = self.segments.iter().rposition(|name| name.first_index <= index) else {
+        let Some(keep_from) = self
+            .segments
+            .iter()
+            .rposition(|name| name.first_index <= index)
+        else {
             return Ok(0);
         };
         if keep_from == 0 {
