@@ -1,4 +1,66 @@
-//! Multi-version key-value store on sled with etcd's revision semantics.
+//! A multi-version key-value store on sled with etcd's revision semantics.
 //!
-//! Not built yet: this crate is the subject of the MVCC issue. It exists so
-//! the workspace has its final shape from the start.
+//! # Module map
+//! - [`kv`]: the contract as traits: a read view and a write txn.
+//! - [`request`]: requests and responses, shaped like etcd's messages.
+//! - [`revision`]: `{main, sub}` revisions and their byte layout.
+//! - [`key_value`]: key-values, change events, and the stored value layout.
+//! - [`key_index`]: one key's history of revisions (generations, tombstones).
+//! - [`index`]: every key's history, ordered by key; range visits, compaction.
+//! - [`range`]: limit, filters, sort, count and `more`, in etcd's order.
+//! - [`txn`]: compares and branch execution, against the traits only.
+//! - [`validate`]: etcd's request checks, including the duplicate-key rule.
+//! - [`store`]: the sled implementation: open, apply, read, compact, hash.
+//! - [`error`]: errors with etcd's gRPC codes and messages.
+//!
+//! # Revisions
+//! Revision 1 is the empty store. Every write request that changes
+//! anything (a put, a delete that finds keys, a txn whose branch writes)
+//! creates exactly one new main revision, whatever the number of keys; its
+//! changes are numbered by sub-revision. A request that changes nothing
+//! creates none. Compaction creates none either.
+//!
+//! # sled layout
+//! One sled tree (the default one), split into spaces by a one-byte prefix,
+//! so that one `sled::Batch` updates all of them atomically:
+//!
+//! ```text
+//! 'k' + revision bytes (17, or 18 with 't' for a tombstone)
+//!       -> stored key-value (see key_value.rs)
+//! 'm' + "consistent_index"  -> raft index of the last applied batch, i64 BE
+//! 'm' + "current_revision"  -> the newest revision, i64 BE
+//! 'm' + "compact_revision"  -> revisions below this are gone, i64 BE
+//! 'l'                        reserved for leases (lease id BE -> TTL), owned
+//!                            by the server's lease issue
+//! ```
+//!
+//! Scanning `'k'` visits revisions in order, which is how the in-memory
+//! index is rebuilt on open and how HashKV walks history.
+//!
+//! # Durability
+//! The WAL, not this store, is the durable record. [`Store::apply`] applies
+//! each raft batch as one atomic sled batch that also records the raft
+//! index it reaches, and does not flush. sled flushes in the background
+//! (every 500 ms by default); after a crash it recovers a prefix of the
+//! batches, and the server replays the WAL after
+//! [`Store::consistent_index`]. [`Store::flush`] makes everything durable
+//! and must run before the server releases WAL segments.
+
+pub mod error;
+pub mod index;
+pub mod key_index;
+pub mod key_value;
+pub mod kv;
+pub mod range;
+pub mod request;
+pub mod revision;
+pub mod store;
+pub mod txn;
+pub mod validate;
+
+pub use error::{Code, Error, Result};
+pub use key_value::{Event, EventKind, KeyValue};
+pub use kv::{ReadView, WriteTxn};
+pub use request::*;
+pub use revision::Revision;
+pub use store::{Store, EMPTY_STORE_REVISION};

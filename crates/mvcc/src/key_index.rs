@@ -1,0 +1,208 @@
+//! The revision history of one key, kept in memory.
+//!
+//! A key's life is a series of generations. A generation starts with a put
+//! on a key that does not exist, goes on with more puts, and ends with a
+//! delete, which writes a tombstone. The history is the flat list of every
+//! revision that changed the key, oldest first, with tombstones marked.
+//!
+//! # Worked example
+//! ```text
+//! put(foo) @2   put(foo) @5   del(foo) @7   put(foo) @9
+//! history: [2.0, 5.0, 7.0t, 9.0]
+//! generations: {2.0, 5.0, 7.0t} {9.0}
+//! ```
+//! - `get(at: 6)` finds the last revision at or below 6: `5.0`, a put, so
+//!   foo's value at 6 is the one written at 5.
+//! - `get(at: 8)` finds `7.0t`, a tombstone: foo did not exist at 8.
+//! - `get(at: 1)` finds nothing: foo did not exist yet.
+//! - `compact(at: 6)` keeps the last revision at or below 6 (`5.0`) and
+//!   drops everything before it: `[5.0, 7.0t, 9.0]`. Answers for any
+//!   `at >= 6` are unchanged.
+//! - `compact(at: 8)` finds `7.0t`; a tombstone is not kept, so the whole
+//!   first generation goes: `[9.0]`.
+//! - `compact(at: 10)` keeps `9.0` only; compacting a history whose last
+//!   revision is a tombstone empties it, and the index drops the key.
+//!
+//! Versions and create revisions are not kept here: they live in the
+//! stored key-value of the key's latest revision.
+//!
+//! # Memory
+//! Each revision is packed into 12 bytes (main with the tombstone flag in
+//! its top bit, and a 32-bit sub), and the first two live inline in the
+//! index entry, so a key with one or two revisions needs no allocation
+//! for its history.
+
+use smallvec::SmallVec;
+
+use crate::revision::Revision;
+
+const TOMBSTONE_BIT: u64 = 1 << 63;
+
+/// One revision of a key's history, packed to 12 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed(4))]
+pub struct Slot {
+    main_and_flag: u64,
+    sub: u32,
+}
+
+impl Slot {
+    pub fn new(revision: Revision, tombstone: bool) -> Slot {
+        assert!(revision.main > 0, "revisions start at 1");
+        let sub = u32::try_from(revision.sub).expect("fewer than 2^32 changes in one revision");
+        Slot {
+            main_and_flag: revision.main as u64 | if tombstone { TOMBSTONE_BIT } else { 0 },
+            sub,
+        }
+    }
+
+    pub fn revision(self) -> Revision {
+        Revision::new(self.main(), i64::from(self.sub))
+    }
+
+    pub fn main(self) -> i64 {
+        (self.main_and_flag & !TOMBSTONE_BIT) as i64
+    }
+
+    pub fn is_tombstone(self) -> bool {
+        self.main_and_flag & TOMBSTONE_BIT != 0
+    }
+}
+
+/// A key's history. Never empty while it is in the index.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyIndex {
+    history: SmallVec<[Slot; 2]>,
+}
+
+impl KeyIndex {
+    /// Records a put at `revision`. Revisions must only grow.
+    pub fn put(&mut self, revision: Revision) {
+        self.push(Slot::new(revision, false));
+    }
+
+    /// Records a delete at `revision`. The key must exist.
+    pub fn tombstone(&mut self, revision: Revision) {
+        assert!(self.is_live(), "tombstone on a key that does not exist");
+        self.push(Slot::new(revision, true));
+    }
+
+    fn push(&mut self, slot: Slot) {
+        if let Some(last) = self.history.last() {
+            assert!(
+                last.revision() < slot.revision(),
+                "key history revisions only grow"
+            );
+        }
+        self.history.push(slot);
+    }
+
+    /// Whether the key exists at the newest revision.
+    pub fn is_live(&self) -> bool {
+        self.history.last().is_some_and(|slot| !slot.is_tombstone())
+    }
+
+    /// The newest revision, whether or not it is a tombstone.
+    pub fn latest(&self) -> Option<Slot> {
+        self.history.last().copied()
+    }
+
+    /// The revision holding the key's value at `at`, or `None` if the key
+    /// did not exist then.
+    pub fn get(&self, at: i64) -> Option<Revision> {
+        let position = self.history.partition_point(|slot| slot.main() <= at);
+        let slot = self.history[..position].last()?;
+        (!slot.is_tombstone()).then(|| slot.revision())
+    }
+
+    /// Drops the history no read at or after `at` can need (see the module
+    /// docs). Returns the revision kept from at or below `at`, if any: the
+    /// store keeps its value and removes every other one at or below `at`.
+    pub fn compact(&mut self, at: i64) -> Option<Revision> {
+        let position = self.history.partition_point(|slot| slot.main() <= at);
+        if position == 0 {
+            return None;
+        }
+        let last = self.history[position - 1];
+        let keep_from = if last.is_tombstone() {
+            position
+        } else {
+            position - 1
+        };
+        self.history.drain(..keep_from);
+        (!last.is_tombstone()).then(|| last.revision())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.history.is_empty()
+    }
+
+    /// Every revision in the history, oldest first.
+    pub fn slots(&self) -> impl Iterator<Item = Slot> + '_ {
+        self.history.iter().copied()
+    }
+
+    /// Releases spare capacity (after a rebuild or a compaction).
+    pub fn shrink_to_fit(&mut self) {
+        self.history.shrink_to_fit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rev(main: i64) -> Revision {
+        Revision::new(main, 0)
+    }
+
+    // Goal: the worked example in the module docs, step by step.
+    #[test]
+    fn worked_example() {
+        let mut index = KeyIndex::default();
+        index.put(rev(2));
+        index.put(rev(5));
+        index.tombstone(rev(7));
+        index.put(rev(9));
+        assert_eq!(index.get(1), None);
+        assert_eq!(index.get(2), Some(rev(2)));
+        assert_eq!(index.get(6), Some(rev(5)));
+        assert_eq!(index.get(8), None);
+        assert_eq!(index.get(100), Some(rev(9)));
+
+        let mut compacted = index.clone();
+        assert_eq!(compacted.compact(6), Some(rev(5)));
+        assert_eq!(
+            compacted.slots().map(|s| s.main()).collect::<Vec<_>>(),
+            [5, 7, 9]
+        );
+        for at in 6..12 {
+            assert_eq!(compacted.get(at), index.get(at), "at {at}");
+        }
+
+        let mut compacted = index.clone();
+        assert_eq!(compacted.compact(8), None);
+        assert_eq!(compacted.slots().map(|s| s.main()).collect::<Vec<_>>(), [9]);
+
+        let mut compacted = index.clone();
+        assert_eq!(compacted.compact(10), Some(rev(9)));
+        assert_eq!(compacted.slots().count(), 1);
+
+        let mut ended = KeyIndex::default();
+        ended.put(rev(3));
+        ended.tombstone(rev(4));
+        assert_eq!(ended.compact(4), None);
+        assert!(ended.is_empty());
+    }
+
+    // Goal: the packed slot keeps main, sub and the tombstone flag apart,
+    // in 12 bytes.
+    #[test]
+    fn slots_pack_into_twelve_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 12);
+        let slot = Slot::new(Revision::new(i64::MAX >> 1, 77), true);
+        assert_eq!(slot.revision(), Revision::new(i64::MAX >> 1, 77));
+        assert!(slot.is_tombstone());
+        assert!(!Slot::new(Revision::new(5, 0), false).is_tombstone());
+    }
+}

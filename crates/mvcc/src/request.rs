@@ -1,0 +1,176 @@
+//! Requests and responses of the store, shaped like etcd's `etcdserverpb`
+//! messages but free of any wire format: the server converts.
+//!
+//! `range_end` follows etcd: empty means the single key `key`; `[0]` means
+//! every key `>= key`; anything else is the exclusive end of `[key, end)`.
+
+use crate::key_value::{Event, KeyValue};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SortOrder {
+    #[default]
+    None,
+    Ascend,
+    Descend,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SortTarget {
+    #[default]
+    Key,
+    Version,
+    Create,
+    Mod,
+    Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RangeRequest {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    /// At most this many keys; 0 for no limit.
+    pub limit: i64,
+    /// Read at this revision; 0 or less for the current one.
+    pub revision: i64,
+    pub sort_order: SortOrder,
+    pub sort_target: SortTarget,
+    pub keys_only: bool,
+    pub count_only: bool,
+    /// Filters; 0 disables each.
+    pub min_mod_revision: i64,
+    pub max_mod_revision: i64,
+    pub min_create_revision: i64,
+    pub max_create_revision: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RangeResponse {
+    /// The revision the range was read at (the header revision).
+    pub revision: i64,
+    pub kvs: Vec<KeyValue>,
+    /// Whether keys past the limit exist.
+    pub more: bool,
+    /// Keys in the range at that revision, before filters and the limit.
+    pub count: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PutRequest {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub lease: i64,
+    pub prev_kv: bool,
+    pub ignore_value: bool,
+    pub ignore_lease: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PutResponse {
+    pub revision: i64,
+    pub prev_kv: Option<KeyValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeleteRangeRequest {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+    pub prev_kv: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeleteRangeResponse {
+    pub revision: i64,
+    pub deleted: i64,
+    pub prev_kvs: Vec<KeyValue>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompareResult {
+    Equal,
+    Greater,
+    Less,
+    NotEqual,
+}
+
+/// What a compare looks at, with the operand to compare it against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompareTarget {
+    Version(i64),
+    Create(i64),
+    Mod(i64),
+    Value(Vec<u8>),
+    Lease(i64),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compare {
+    pub result: CompareResult,
+    pub target: CompareTarget,
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestOp {
+    Range(RangeRequest),
+    Put(PutRequest),
+    DeleteRange(DeleteRangeRequest),
+    Txn(TxnRequest),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResponseOp {
+    Range(RangeResponse),
+    Put(PutResponse),
+    DeleteRange(DeleteRangeResponse),
+    Txn(TxnResponse),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TxnRequest {
+    pub compare: Vec<Compare>,
+    pub success: Vec<RequestOp>,
+    pub failure: Vec<RequestOp>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TxnResponse {
+    pub revision: i64,
+    pub succeeded: bool,
+    pub responses: Vec<ResponseOp>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CompactionRequest {
+    pub revision: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CompactionResponse {
+    /// The store's current revision (the header revision).
+    pub revision: i64,
+}
+
+/// A request that goes through raft and is applied to the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteRequest {
+    Put(PutRequest),
+    DeleteRange(DeleteRangeRequest),
+    Txn(TxnRequest),
+    Compaction(CompactionRequest),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteResponse {
+    Put(PutResponse),
+    DeleteRange(DeleteRangeResponse),
+    Txn(TxnResponse),
+    Compaction(CompactionResponse),
+}
+
+/// One applied request: its answer, and the changes it made in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub response: Result<WriteResponse, crate::Error>,
+    pub events: Vec<Event>,
+}

@@ -1,0 +1,452 @@
+//! The sled implementation of the store (layout in the crate docs).
+//!
+//! Concurrency: one `RwLock` guards the index and the revision counters.
+//! Reads hold it shared while they read the index and load values, so a
+//! compaction (which holds it exclusively) never removes a value under a
+//! reader. An apply batch holds it exclusively from its first change until
+//! its sled batch is applied and the new revision is published.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::RwLock;
+
+use crate::error::{Error, Result};
+use crate::index::{RangeEnd, TreeIndex};
+use crate::key_value::{Event, EventKind, KeyValue};
+use crate::kv::{ReadView, WriteTxn};
+use crate::range;
+use crate::request::{
+    Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, WriteRequest, WriteResponse,
+};
+use crate::revision::Revision;
+use crate::txn;
+use crate::validate;
+
+/// Prefix of the space holding one stored key-value per revision.
+const KEY_SPACE: u8 = b'k';
+// The metadata space is prefixed 'm'; its three keys are spelled whole.
+const META_CONSISTENT_INDEX: &[u8] = b"mconsistent_index";
+const META_CURRENT_REVISION: &[u8] = b"mcurrent_revision";
+const META_COMPACT_REVISION: &[u8] = b"mcompact_revision";
+
+/// The revision of an empty store. The first write creates revision 2.
+pub const EMPTY_STORE_REVISION: i64 = 1;
+
+/// sled's page cache, in bytes. The in-memory index answers which revision
+/// to read, so the cache only serves value loads; 256 MiB keeps a working
+/// set of about a million 256-byte values hot without letting sled take
+/// its 1 GiB default on a small machine.
+pub const SLED_CACHE_BYTES: u64 = 256 << 20;
+
+struct State {
+    index: TreeIndex,
+    current_revision: i64,
+    compact_revision: i64,
+    consistent_index: u64,
+}
+
+/// A multi-version store on sled with etcd's revision semantics.
+pub struct Store {
+    db: sled::Db,
+    state: RwLock<State>,
+    max_txn_ops: usize,
+    /// Set when sled failed to apply a batch: the index is then ahead of
+    /// storage, so the store refuses everything until it is reopened.
+    poisoned: AtomicBool,
+}
+
+fn revision_key(revision: Revision, tombstone: bool) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + crate::revision::REVISION_BYTES + 1);
+    key.push(KEY_SPACE);
+    key.extend_from_slice(&revision.to_bytes(tombstone));
+    key
+}
+
+fn read_i64(db: &sled::Db, key: &[u8]) -> Result<Option<i64>> {
+    match db.get(key)? {
+        None => Ok(None),
+        Some(bytes) => {
+            let bytes: [u8; 8] = bytes
+                .as_ref()
+                .try_into()
+                .map_err(|_| corrupt("metadata is not 8 bytes"))?;
+            Ok(Some(i64::from_be_bytes(bytes)))
+        }
+    }
+}
+
+fn corrupt(what: &str) -> Error {
+    Error::Storage(format!("corrupt store: {what}"))
+}
+
+fn load(db: &sled::Db, revision: Revision) -> Result<KeyValue> {
+    // A revision the index names but storage lacks was compacted between
+    // the index lookup and the load; readers hold the lock, so this means
+    // storage and index disagree.
+    let bytes = db
+        .get(revision_key(revision, false))?
+        .ok_or_else(|| corrupt("indexed revision missing"))?;
+    KeyValue::decode(&bytes).ok_or_else(|| corrupt("stored value does not decode"))
+}
+
+impl Store {
+    /// Opens (or creates) the store in `path` and rebuilds the index from
+    /// every stored revision.
+    pub fn open(path: &Path) -> Result<Store> {
+        Store::open_with(path, validate::MAX_TXN_OPS_DEFAULT)
+    }
+
+    /// As [`Store::open`], with etcd's `--max-txn-ops`.
+    pub fn open_with(path: &Path, max_txn_ops: usize) -> Result<Store> {
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(SLED_CACHE_BYTES)
+            .mode(sled::Mode::HighThroughput)
+            .open()?;
+        let mut index = TreeIndex::default();
+        let mut highest = 0;
+        for item in db.scan_prefix([KEY_SPACE]) {
+            let (key, value) = item?;
+            let (revision, tombstone) =
+                Revision::from_bytes(&key[1..]).ok_or_else(|| corrupt("revision key"))?;
+            let kv =
+                KeyValue::decode(&value).ok_or_else(|| corrupt("stored value does not decode"))?;
+            if tombstone {
+                index.tombstone(&kv.key, revision);
+            } else {
+                index.put(&kv.key, revision);
+            }
+            highest = revision.main;
+        }
+        index.shrink_to_fit();
+        let current_revision =
+            read_i64(&db, META_CURRENT_REVISION)?.unwrap_or(EMPTY_STORE_REVISION);
+        assert!(
+            current_revision >= highest,
+            "stored revision {highest} above current {current_revision}"
+        );
+        let compact_revision = read_i64(&db, META_COMPACT_REVISION)?.unwrap_or(0);
+        let consistent_index = read_i64(&db, META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
+        Ok(Store {
+            db,
+            state: RwLock::new(State {
+                index,
+                current_revision,
+                compact_revision,
+                consistent_index,
+            }),
+            max_txn_ops,
+            poisoned: AtomicBool::new(false),
+        })
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Storage(
+                "poisoned by an earlier failed apply; reopen the store".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The newest revision.
+    pub fn current_revision(&self) -> i64 {
+        self.state.read().current_revision
+    }
+
+    /// Revisions below this have been compacted away (0 if never).
+    pub fn compact_revision(&self) -> i64 {
+        self.state.read().compact_revision
+    }
+
+    /// The raft index of the last applied batch. The server replays only
+    /// the log entries after it.
+    pub fn consistent_index(&self) -> u64 {
+        self.state.read().consistent_index
+    }
+
+    /// Keys in the index, including deleted ones not yet compacted.
+    pub fn indexed_keys(&self) -> usize {
+        self.state.read().index.len()
+    }
+
+    /// A serializable read at the current revision (or the request's).
+    pub fn range(&self, request: &RangeRequest) -> Result<RangeResponse> {
+        self.check_usable()?;
+        let state = self.state.read();
+        range::range(
+            request,
+            &state.index,
+            state.current_revision,
+            state.compact_revision,
+            |revision| load(&self.db, revision),
+        )
+    }
+
+    /// Applies the requests of one raft batch, in order, as one atomic sled
+    /// batch that also records `raft_index` as the consistent index. Each
+    /// request gets its answer and the events it caused. A request that
+    /// fails its checks changes nothing and answers its error.
+    ///
+    /// Nothing is flushed here: the WAL is the durable source, so after a
+    /// crash the store may be behind, and the server replays the WAL
+    /// entries after [`Store::consistent_index`]. See [`Store::flush`].
+    pub fn apply(&self, raft_index: u64, requests: &[WriteRequest]) -> Result<Vec<Applied>> {
+        self.check_usable()?;
+        let mut state = self.state.write();
+        assert!(
+            raft_index >= state.consistent_index,
+            "raft index {raft_index} goes back from {}",
+            state.consistent_index
+        );
+        let mut batch = Batch::default();
+        let mut results = Vec::with_capacity(requests.len());
+        for request in requests {
+            results.push(self.apply_one(&mut state, &mut batch, request));
+        }
+        let mut sled_batch = batch.sled;
+        sled_batch.insert(META_CURRENT_REVISION, &state.current_revision.to_be_bytes());
+        sled_batch.insert(META_COMPACT_REVISION, &state.compact_revision.to_be_bytes());
+        sled_batch.insert(META_CONSISTENT_INDEX, &(raft_index as i64).to_be_bytes());
+        if let Err(error) = self.db.apply_batch(sled_batch) {
+            self.poisoned.store(true, Ordering::Release);
+            tracing::error!(%error, "sled failed to apply a batch; the store is poisoned");
+            return Err(error.into());
+        }
+        state.consistent_index = raft_index;
+        Ok(results)
+    }
+
+    fn apply_one(&self, state: &mut State, batch: &mut Batch, request: &WriteRequest) -> Applied {
+        if let Err(error) = validate::check_write(request, self.max_txn_ops) {
+            return Applied {
+                response: Err(error),
+                events: Vec::new(),
+            };
+        }
+        if let WriteRequest::Compaction(compaction) = request {
+            return Applied {
+                response: self
+                    .compact(state, batch, compaction)
+                    .map(WriteResponse::Compaction),
+                events: Vec::new(),
+            };
+        }
+        let mut txn = StoreTxn {
+            begin: state.current_revision,
+            changes: 0,
+            state,
+            db: &self.db,
+            batch,
+            events: Vec::new(),
+        };
+        let response = match request {
+            WriteRequest::Put(put) => txn.put(put).map(WriteResponse::Put),
+            WriteRequest::DeleteRange(delete) => {
+                txn.delete_range(delete).map(WriteResponse::DeleteRange)
+            }
+            WriteRequest::Txn(request) => txn::check_path(&txn, request)
+                .map(|()| WriteResponse::Txn(txn::execute(&mut txn, request))),
+            WriteRequest::Compaction(_) => unreachable!("handled above"),
+        };
+        let revision = txn.revision();
+        let events = std::mem::take(&mut txn.events);
+        state.current_revision = revision;
+        Applied { response, events }
+    }
+
+    fn compact(
+        &self,
+        state: &mut State,
+        batch: &mut Batch,
+        request: &CompactionRequest,
+    ) -> Result<CompactionResponse> {
+        if request.revision <= state.compact_revision {
+            return Err(Error::Compacted);
+        }
+        if request.revision > state.current_revision {
+            return Err(Error::FutureRevision);
+        }
+        for (revision, tombstone) in state.index.compact(request.revision) {
+            batch.pending.remove(&revision);
+            batch.sled.remove(revision_key(revision, tombstone));
+        }
+        state.compact_revision = request.revision;
+        Ok(CompactionResponse {
+            revision: state.current_revision,
+        })
+    }
+
+    /// A hash of every stored key-value at or below `revision` (0 for the
+    /// current one), equal on members with the same history. Returns the
+    /// hash, the compact revision, and the revision hashed.
+    pub fn hash_kv(&self, revision: i64) -> Result<(u32, i64, i64)> {
+        self.check_usable()?;
+        let state = self.state.read();
+        let at = range::read_revision(revision, state.current_revision, state.compact_revision)?;
+        let mut hash = 0;
+        let upper = revision_key(Revision::new(at + 1, 0), false);
+        for item in self.db.range(vec![KEY_SPACE]..upper) {
+            let (key, value) = item?;
+            hash = crc32c::crc32c_append(hash, &key);
+            hash = crc32c::crc32c_append(hash, &value);
+        }
+        Ok((hash, state.compact_revision, at))
+    }
+
+    /// Makes everything applied so far durable in sled. The server calls it
+    /// before it releases WAL segments, since after that the WAL can no
+    /// longer replay what the store lost. sled also flushes on its own every
+    /// 500 ms (its default), which only shortens replay after a crash.
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+}
+
+/// The writes of one apply batch, before sled has them.
+#[derive(Default)]
+struct Batch {
+    sled: sled::Batch,
+    /// Values written in this batch, so later requests read them.
+    pending: HashMap<Revision, KeyValue>,
+}
+
+/// A write transaction over the store's state and the open apply batch.
+struct StoreTxn<'a> {
+    state: &'a mut State,
+    db: &'a sled::Db,
+    batch: &'a mut Batch,
+    /// The current revision when the txn began.
+    begin: i64,
+    /// Changes made so far; also the next sub-revision.
+    changes: i64,
+    events: Vec<Event>,
+}
+
+impl StoreTxn<'_> {
+    fn load(&self, revision: Revision) -> Result<KeyValue> {
+        match self.batch.pending.get(&revision) {
+            Some(kv) => Ok(kv.clone()),
+            None => load(self.db, revision),
+        }
+    }
+
+    /// The key's value now, if it exists.
+    fn live(&self, key: &[u8]) -> Result<Option<KeyValue>> {
+        match self.state.index.latest(key) {
+            Some(slot) if !slot.is_tombstone() => self.load(slot.revision()).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn next_revision(&mut self) -> Revision {
+        let revision = Revision::new(self.begin + 1, self.changes);
+        self.changes += 1;
+        revision
+    }
+
+    fn write(&mut self, revision: Revision, tombstone: bool, kv: KeyValue) {
+        self.batch
+            .sled
+            .insert(revision_key(revision, tombstone), kv.encode());
+        self.batch.pending.insert(revision, kv.clone());
+        let kind = if tombstone {
+            EventKind::Delete
+        } else {
+            EventKind::Put
+        };
+        self.events.push(Event { kind, kv });
+    }
+}
+
+impl ReadView for StoreTxn<'_> {
+    fn revision(&self) -> i64 {
+        self.begin + i64::from(self.changes > 0)
+    }
+
+    fn compact_revision(&self) -> i64 {
+        self.state.compact_revision
+    }
+
+    fn range(&self, request: &RangeRequest) -> Result<RangeResponse> {
+        range::range(
+            request,
+            &self.state.index,
+            self.revision(),
+            self.state.compact_revision,
+            |revision| self.load(revision),
+        )
+    }
+}
+
+impl WriteTxn for StoreTxn<'_> {
+    fn put(&mut self, request: &PutRequest) -> Result<PutResponse> {
+        validate::check_put(request)?;
+        let previous = self.live(&request.key)?;
+        if (request.ignore_value || request.ignore_lease) && previous.is_none() {
+            return Err(Error::KeyNotFound);
+        }
+        let revision = self.next_revision();
+        let (create_revision, version) = match &previous {
+            Some(previous) => (previous.create_revision, previous.version + 1),
+            None => (revision.main, 1),
+        };
+        let kv = KeyValue {
+            key: request.key.clone(),
+            create_revision,
+            mod_revision: revision.main,
+            version,
+            value: match (&previous, request.ignore_value) {
+                (Some(previous), true) => previous.value.clone(),
+                _ => request.value.clone(),
+            },
+            lease: match (&previous, request.ignore_lease) {
+                (Some(previous), true) => previous.lease,
+                _ => request.lease,
+            },
+        };
+        self.state.index.put(&request.key, revision);
+        self.write(revision, false, kv);
+        Ok(PutResponse {
+            revision: revision.main,
+            prev_kv: if request.prev_kv { previous } else { None },
+        })
+    }
+
+    fn delete_range(&mut self, request: &DeleteRangeRequest) -> Result<DeleteRangeResponse> {
+        validate::check_delete_range(request)?;
+        let mut doomed = Vec::new();
+        self.state.index.visit(
+            &request.key,
+            RangeEnd::parse(&request.range_end),
+            i64::MAX,
+            |key, revision| {
+                doomed.push((key.to_vec(), revision));
+                true
+            },
+        );
+        let mut prev_kvs = Vec::new();
+        for (key, previous) in &doomed {
+            if request.prev_kv {
+                prev_kvs.push(self.load(*previous)?);
+            }
+            let revision = self.next_revision();
+            self.state.index.tombstone(key, revision);
+            let tombstone = KeyValue {
+                key: key.clone(),
+                mod_revision: revision.main,
+                ..KeyValue::default()
+            };
+            self.write(revision, true, tombstone);
+        }
+        Ok(DeleteRangeResponse {
+            revision: self.revision(),
+            deleted: doomed.len() as i64,
+            prev_kvs,
+        })
+    }
+}

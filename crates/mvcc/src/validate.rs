@@ -1,0 +1,308 @@
+//! The checks etcd makes on a request before it enters raft: empty keys,
+//! the txn operation limit, flags that contradict their values, and the
+//! duplicate-key rule. The server runs them before proposing; the store
+//! runs them again when applying, so a request that slips past the server
+//! is refused without side effects rather than half applied.
+
+use crate::error::{Error, Result};
+use crate::request::{
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, WriteRequest,
+};
+
+/// etcd's default `--max-txn-ops`: the most operations a txn may list in
+/// its compare, success or failure list (each counted on its own).
+pub const MAX_TXN_OPS_DEFAULT: usize = 128;
+
+pub fn check_write(request: &WriteRequest, max_txn_ops: usize) -> Result<()> {
+    match request {
+        WriteRequest::Put(put) => check_put(put),
+        WriteRequest::DeleteRange(delete) => check_delete_range(delete),
+        WriteRequest::Txn(txn) => check_txn(txn, max_txn_ops),
+        WriteRequest::Compaction(_) => Ok(()),
+    }
+}
+
+pub fn check_range(request: &RangeRequest) -> Result<()> {
+    if request.key.is_empty() {
+        return Err(Error::EmptyKey);
+    }
+    Ok(())
+}
+
+pub fn check_put(request: &PutRequest) -> Result<()> {
+    if request.key.is_empty() {
+        return Err(Error::EmptyKey);
+    }
+    if request.ignore_value && !request.value.is_empty() {
+        return Err(Error::ValueProvided);
+    }
+    if request.ignore_lease && request.lease != 0 {
+        return Err(Error::LeaseProvided);
+    }
+    Ok(())
+}
+
+pub fn check_delete_range(request: &DeleteRangeRequest) -> Result<()> {
+    if request.key.is_empty() {
+        return Err(Error::EmptyKey);
+    }
+    Ok(())
+}
+
+/// The operation limit (per list, nested txns checked on their own), every
+/// operation's own checks, then the duplicate-key rule on each branch.
+pub fn check_txn(request: &TxnRequest, max_txn_ops: usize) -> Result<()> {
+    check_txn_operations(request, max_txn_ops)?;
+    puts_and_deletes(&request.success)?;
+    puts_and_deletes(&request.failure)?;
+    Ok(())
+}
+
+fn check_txn_operations(request: &TxnRequest, max_txn_ops: usize) -> Result<()> {
+    if request.compare.len() > max_txn_ops
+        || request.success.len() > max_txn_ops
+        || request.failure.len() > max_txn_ops
+    {
+        return Err(Error::TooManyOperations);
+    }
+    for compare in &request.compare {
+        check_compare(compare)?;
+    }
+    for op in request.success.iter().chain(&request.failure) {
+        match op {
+            RequestOp::Range(range) => check_range(range)?,
+            RequestOp::Put(put) => check_put(put)?,
+            RequestOp::DeleteRange(delete) => check_delete_range(delete)?,
+            RequestOp::Txn(txn) => check_txn_operations(txn, max_txn_ops)?,
+        }
+    }
+    Ok(())
+}
+
+fn check_compare(compare: &Compare) -> Result<()> {
+    if compare.key.is_empty() {
+        return Err(Error::EmptyKey);
+    }
+    Ok(())
+}
+
+/// A deleted span, compared as raw bytes: `[key, end)`, or the key alone
+/// when `end` is empty. A `range_end` of `[0]` is taken literally here, as
+/// etcd's check does, so it spans nothing past the key.
+struct Span<'a> {
+    key: &'a [u8],
+    end: &'a [u8],
+}
+
+impl Span<'_> {
+    fn contains(&self, candidate: &[u8]) -> bool {
+        if self.end.is_empty() {
+            candidate == self.key
+        } else {
+            candidate >= self.key && candidate < self.end
+        }
+    }
+}
+
+/// The duplicate-key rule for one list of operations: no key is put twice,
+/// and no key is both put and inside a deleted span, counting nested txns.
+/// A nested txn's success and failure branches exclude each other, so one
+/// key put in both is fine. Returns the keys put and spans deleted, for
+/// the level above.
+fn puts_and_deletes(ops: &[RequestOp]) -> Result<(Vec<&[u8]>, Vec<Span<'_>>)> {
+    let mut deletes: Vec<Span<'_>> = ops
+        .iter()
+        .filter_map(|op| match op {
+            RequestOp::DeleteRange(delete) => Some(Span {
+                key: &delete.key,
+                end: &delete.range_end,
+            }),
+            _ => None,
+        })
+        .collect();
+    let mut puts: Vec<&[u8]> = Vec::new();
+    let deleted = |deletes: &[Span<'_>], key: &[u8]| deletes.iter().any(|span| span.contains(key));
+
+    for op in ops {
+        let RequestOp::Txn(txn) = op else { continue };
+        let (puts_success, deletes_success) = puts_and_deletes(&txn.success)?;
+        let (puts_failure, deletes_failure) = puts_and_deletes(&txn.failure)?;
+        for key in &puts_success {
+            if puts.contains(key) || deleted(&deletes, key) {
+                return Err(Error::DuplicateKey);
+            }
+            puts.push(key);
+        }
+        for key in &puts_failure {
+            if (puts.contains(key) && !puts_success.contains(key)) || deleted(&deletes, key) {
+                return Err(Error::DuplicateKey);
+            }
+            puts.push(key);
+        }
+        deletes.extend(deletes_success);
+        deletes.extend(deletes_failure);
+    }
+
+    for op in ops {
+        let RequestOp::Put(put) = op else { continue };
+        if puts.contains(&put.key.as_slice()) || deleted(&deletes, &put.key) {
+            return Err(Error::DuplicateKey);
+        }
+        puts.push(&put.key);
+    }
+    Ok((puts, deletes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: &str) -> RequestOp {
+        RequestOp::Put(PutRequest {
+            key: key.into(),
+            value: b"v".to_vec(),
+            ..PutRequest::default()
+        })
+    }
+
+    fn delete(key: &str, end: &str) -> RequestOp {
+        RequestOp::DeleteRange(DeleteRangeRequest {
+            key: key.into(),
+            range_end: end.into(),
+            prev_kv: false,
+        })
+    }
+
+    fn txn(success: Vec<RequestOp>, failure: Vec<RequestOp>) -> TxnRequest {
+        TxnRequest {
+            compare: Vec::new(),
+            success,
+            failure,
+        }
+    }
+
+    // Goal: the duplicate-key rule as etcd applies it, case by case.
+    #[test]
+    fn duplicate_key_rule() {
+        let cases: Vec<(&str, TxnRequest, bool)> = vec![
+            (
+                "two puts of one key",
+                txn(vec![put("a"), put("a")], vec![]),
+                false,
+            ),
+            (
+                "puts of two keys",
+                txn(vec![put("a"), put("b")], vec![]),
+                true,
+            ),
+            (
+                "same key in success and failure",
+                txn(vec![put("a")], vec![put("a")]),
+                true,
+            ),
+            (
+                "put inside a deleted range",
+                txn(vec![delete("a", "c"), put("b")], vec![]),
+                false,
+            ),
+            (
+                "put at a range's end",
+                txn(vec![delete("a", "c"), put("c")], vec![]),
+                true,
+            ),
+            (
+                "put of a deleted key",
+                txn(vec![delete("a", ""), put("a")], vec![]),
+                false,
+            ),
+            (
+                "two deletes overlapping",
+                txn(vec![delete("a", "c"), delete("b", "d")], vec![]),
+                true,
+            ),
+            (
+                "nested put of a key put outside",
+                txn(
+                    vec![put("a"), RequestOp::Txn(txn(vec![put("a")], vec![]))],
+                    vec![],
+                ),
+                false,
+            ),
+            (
+                "nested put in both branches",
+                txn(
+                    vec![RequestOp::Txn(txn(vec![put("a")], vec![put("a")]))],
+                    vec![],
+                ),
+                true,
+            ),
+            (
+                "nested delete covering an outer put",
+                txn(
+                    vec![
+                        put("b"),
+                        RequestOp::Txn(txn(vec![delete("a", "c")], vec![])),
+                    ],
+                    vec![],
+                ),
+                false,
+            ),
+            (
+                "outer delete covering a nested put",
+                txn(
+                    vec![
+                        delete("a", "c"),
+                        RequestOp::Txn(txn(vec![put("b")], vec![])),
+                    ],
+                    vec![],
+                ),
+                false,
+            ),
+        ];
+        for (name, request, ok) in cases {
+            let result = check_txn(&request, MAX_TXN_OPS_DEFAULT);
+            assert_eq!(result.is_ok(), ok, "{name}: {result:?}");
+            if !ok {
+                assert_eq!(result, Err(Error::DuplicateKey), "{name}");
+            }
+        }
+    }
+
+    // Goal: the operation limit counts each list on its own, and the other
+    // per-operation checks give etcd's errors.
+    #[test]
+    fn limits_and_flags() {
+        let many: Vec<RequestOp> = (0..=MAX_TXN_OPS_DEFAULT)
+            .map(|i| put(&format!("k{i}")))
+            .collect();
+        assert_eq!(
+            check_txn(&txn(many.clone(), vec![]), MAX_TXN_OPS_DEFAULT),
+            Err(Error::TooManyOperations)
+        );
+        assert_eq!(
+            check_txn(
+                &txn(many[1..].to_vec(), many[1..].to_vec()),
+                MAX_TXN_OPS_DEFAULT
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            check_txn(&txn(vec![put("")], vec![]), 8),
+            Err(Error::EmptyKey)
+        );
+        let bad = PutRequest {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            ignore_value: true,
+            ..PutRequest::default()
+        };
+        assert_eq!(check_put(&bad), Err(Error::ValueProvided));
+        let bad = PutRequest {
+            key: b"k".to_vec(),
+            lease: 5,
+            ignore_lease: true,
+            ..PutRequest::default()
+        };
+        assert_eq!(check_put(&bad), Err(Error::LeaseProvided));
+    }
+}
