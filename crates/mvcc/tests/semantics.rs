@@ -1,0 +1,466 @@
+//! Goal: the revision semantics etcd's clients depend on, one table row per
+//! rule: version resets after a delete, one revision per txn, `"\0"` range
+//! ends, exact count and more under a limit, compacted and future
+//! revision errors, and what survives a reopen.
+//!
+//! Method: a real store in a temporary directory, driven through `apply`
+//! and `range` exactly as the server will drive it.
+
+use mvcc::*;
+
+fn put(key: &str, value: &str) -> WriteRequest {
+    WriteRequest::Put(PutRequest {
+        key: key.into(),
+        value: value.into(),
+        ..PutRequest::default()
+    })
+}
+
+fn delete(key: &str, end: &[u8]) -> WriteRequest {
+    WriteRequest::DeleteRange(DeleteRangeRequest {
+        key: key.into(),
+        range_end: end.to_vec(),
+        prev_kv: true,
+    })
+}
+
+fn get(key: &str) -> RangeRequest {
+    RangeRequest {
+        key: key.into(),
+        ..RangeRequest::default()
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: Store,
+    raft_index: u64,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        Harness {
+            _dir: dir,
+            store,
+            raft_index: 0,
+        }
+    }
+
+    fn apply(&mut self, request: WriteRequest) -> Applied {
+        self.raft_index += 1;
+        self.store
+            .apply(self.raft_index, &[request])
+            .unwrap()
+            .remove(0)
+    }
+
+    fn ok(&mut self, request: WriteRequest) -> WriteResponse {
+        self.apply(request).response.unwrap()
+    }
+
+    fn range(&self, request: RangeRequest) -> Result<RangeResponse> {
+        self.store.range(&request)
+    }
+}
+
+// Goal: revision 1 is the empty store; each put takes the next revision;
+// version counts puts and restarts at 1 after a delete, with a new create
+// revision.
+#[test]
+fn version_resets_after_delete() {
+    let mut h = Harness::new();
+    assert_eq!(h.store.current_revision(), 1);
+    h.ok(put("foo", "a"));
+    h.ok(put("foo", "b"));
+    let kv = h.range(get("foo")).unwrap().kvs.remove(0);
+    assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (2, 3, 2));
+
+    let deleted = h.apply(delete("foo", b""));
+    match deleted.response.unwrap() {
+        WriteResponse::DeleteRange(response) => {
+            assert_eq!((response.revision, response.deleted), (4, 1));
+            assert_eq!(response.prev_kvs[0].value, b"b");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(deleted.events.len(), 1);
+    assert_eq!(deleted.events[0].kind, EventKind::Delete);
+    assert_eq!(deleted.events[0].kv.mod_revision, 4);
+
+    h.ok(put("foo", "c"));
+    let kv = h.range(get("foo")).unwrap().kvs.remove(0);
+    assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (5, 5, 1));
+    // The old generation is still readable at its revisions.
+    let old = h
+        .range(RangeRequest {
+            revision: 3,
+            ..get("foo")
+        })
+        .unwrap();
+    assert_eq!(old.kvs[0].value, b"b");
+    assert_eq!(
+        old.revision, 5,
+        "the header revision is the store's current one"
+    );
+    assert!(h
+        .range(RangeRequest {
+            revision: 4,
+            ..get("foo")
+        })
+        .unwrap()
+        .kvs
+        .is_empty());
+}
+
+// Goal: a txn that writes many keys takes one revision, with sub-revisions
+// ordering its events; a txn with no writes, and a delete that finds
+// nothing, take none.
+#[test]
+fn one_revision_per_txn() {
+    let mut h = Harness::new();
+    let txn = TxnRequest {
+        compare: vec![Compare {
+            result: CompareResult::Equal,
+            target: CompareTarget::Version(0),
+            key: b"a".to_vec(),
+            range_end: Vec::new(),
+        }],
+        success: vec![
+            RequestOp::Put(PutRequest {
+                key: b"a".to_vec(),
+                value: b"1".to_vec(),
+                ..PutRequest::default()
+            }),
+            RequestOp::Put(PutRequest {
+                key: b"b".to_vec(),
+                value: b"2".to_vec(),
+                ..PutRequest::default()
+            }),
+            RequestOp::Range(RangeRequest {
+                key: b"a".to_vec(),
+                range_end: b"c".to_vec(),
+                ..RangeRequest::default()
+            }),
+        ],
+        failure: vec![],
+    };
+    let applied = h.apply(WriteRequest::Txn(txn.clone()));
+    let WriteResponse::Txn(response) = applied.response.unwrap() else {
+        panic!()
+    };
+    assert!(response.succeeded);
+    assert_eq!(response.revision, 2);
+    let ResponseOp::Range(inner) = &response.responses[2] else {
+        panic!()
+    };
+    assert_eq!(inner.kvs.len(), 2, "reads in a txn see its own writes");
+    assert_eq!(applied.events.len(), 2);
+    assert!(applied.events.iter().all(|e| e.kv.mod_revision == 2));
+    assert_eq!(h.store.current_revision(), 2);
+
+    // Same txn again: the compare fails, the empty failure branch writes
+    // nothing, and the revision stays.
+    let WriteResponse::Txn(response) = h.ok(WriteRequest::Txn(txn)) else {
+        panic!()
+    };
+    assert!(!response.succeeded);
+    assert_eq!(response.revision, 2);
+    assert_eq!(h.store.current_revision(), 2);
+
+    let nothing = h.apply(delete("zzz", b""));
+    let WriteResponse::DeleteRange(response) = nothing.response.unwrap() else {
+        panic!()
+    };
+    assert_eq!((response.revision, response.deleted), (2, 0));
+    assert!(nothing.events.is_empty());
+    assert_eq!(h.store.current_revision(), 2);
+}
+
+// Goal: range_end "\0" means every key >= key, with key "\0" that is the
+// whole store; a prefix end stops at the prefix.
+#[test]
+fn range_end_zero_byte() {
+    let mut h = Harness::new();
+    for key in ["a", "b", "b/1", "b/2", "c"] {
+        h.ok(put(key, "v"));
+    }
+    let keys = |response: RangeResponse| {
+        response
+            .kvs
+            .into_iter()
+            .map(|kv| String::from_utf8(kv.key).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let from_b = RangeRequest {
+        range_end: vec![0],
+        ..get("b")
+    };
+    assert_eq!(keys(h.range(from_b).unwrap()), ["b", "b/1", "b/2", "c"]);
+    let all = RangeRequest {
+        range_end: vec![0],
+        ..get("\0")
+    };
+    assert_eq!(keys(h.range(all).unwrap()).len(), 5);
+    let prefix = RangeRequest {
+        range_end: b"b0".to_vec(),
+        ..get("b/")
+    };
+    assert_eq!(keys(h.range(prefix).unwrap()), ["b/1", "b/2"]);
+    // Deleting "\0".."\0" deletes everything, in one revision.
+    let WriteResponse::DeleteRange(response) = h.ok(delete("\0", &[0])) else {
+        panic!()
+    };
+    assert_eq!((response.deleted, response.revision), (5, 7));
+}
+
+// Goal: count is every key in the range whatever the limit, and more is
+// exact: true only when keys were left out by the limit.
+#[test]
+fn count_and_more_under_a_limit() {
+    let mut h = Harness::new();
+    for i in 0..10 {
+        h.ok(put(&format!("k{i}"), &format!("{}", 9 - i)));
+    }
+    let range = |limit, sort_order, filtered: bool| RangeRequest {
+        key: b"k".to_vec(),
+        range_end: b"l".to_vec(),
+        limit,
+        sort_order,
+        sort_target: SortTarget::Value,
+        min_mod_revision: if filtered { 5 } else { 0 },
+        ..RangeRequest::default()
+    };
+    for (limit, order, filtered, kvs, more) in [
+        (3, SortOrder::None, false, 3, true),
+        (10, SortOrder::None, false, 10, false),
+        (11, SortOrder::None, false, 10, false),
+        (9, SortOrder::Descend, false, 9, true),
+        (0, SortOrder::None, false, 10, false),
+        // mod revisions 2..=11; >= 5 leaves 7 keys
+        (7, SortOrder::Ascend, true, 7, false),
+        (6, SortOrder::Ascend, true, 6, true),
+    ] {
+        let response = h.range(range(limit, order, filtered)).unwrap();
+        assert_eq!(
+            response.count, 10,
+            "count ignores limit and filters ({limit}, {order:?}, {filtered})"
+        );
+        assert_eq!(response.kvs.len(), kvs, "({limit}, {order:?}, {filtered})");
+        assert_eq!(response.more, more, "({limit}, {order:?}, {filtered})");
+    }
+    // Sort by value ascending with no order given: target != key sorts ascending.
+    let sorted = h
+        .range(RangeRequest {
+            sort_target: SortTarget::Value,
+            ..range(0, SortOrder::None, false)
+        })
+        .unwrap();
+    assert_eq!(sorted.kvs[0].value, b"0");
+    let count_only = h
+        .range(RangeRequest {
+            count_only: true,
+            ..range(2, SortOrder::None, false)
+        })
+        .unwrap();
+    assert_eq!(
+        (count_only.count, count_only.kvs.len(), count_only.more),
+        (10, 0, false)
+    );
+    let keys_only = h
+        .range(RangeRequest {
+            keys_only: true,
+            ..get("k1")
+        })
+        .unwrap();
+    assert!(keys_only.kvs[0].value.is_empty());
+}
+
+// Goal: the compacted and future revision errors, with etcd's codes and
+// messages, for ranges and for compaction itself; compaction keeps every
+// answer at or above the compact revision.
+#[test]
+fn compacted_and_future_revisions() {
+    let mut h = Harness::new();
+    for i in 0..5 {
+        h.ok(put("k", &i.to_string()));
+    }
+    // Revisions 2..=6; compact at 4.
+    let at_4 = h
+        .range(RangeRequest {
+            revision: 4,
+            ..get("k")
+        })
+        .unwrap();
+    let WriteResponse::Compaction(response) =
+        h.ok(WriteRequest::Compaction(CompactionRequest { revision: 4 }))
+    else {
+        panic!()
+    };
+    assert_eq!(response.revision, 6);
+    assert_eq!(h.store.compact_revision(), 4);
+    assert_eq!(
+        h.range(RangeRequest {
+            revision: 4,
+            ..get("k")
+        })
+        .unwrap()
+        .kvs,
+        at_4.kvs
+    );
+
+    let compacted = h
+        .range(RangeRequest {
+            revision: 3,
+            ..get("k")
+        })
+        .unwrap_err();
+    assert_eq!(compacted, Error::Compacted);
+    assert_eq!(compacted.code(), Code::OutOfRange);
+    assert_eq!(
+        compacted.to_string(),
+        "etcdserver: mvcc: required revision has been compacted"
+    );
+    let future = h
+        .range(RangeRequest {
+            revision: 7,
+            ..get("k")
+        })
+        .unwrap_err();
+    assert_eq!(future, Error::FutureRevision);
+    assert_eq!(future.code(), Code::OutOfRange);
+    assert_eq!(
+        future.to_string(),
+        "etcdserver: mvcc: required revision is a future revision"
+    );
+
+    assert_eq!(
+        h.apply(WriteRequest::Compaction(CompactionRequest { revision: 4 }))
+            .response,
+        Err(Error::Compacted)
+    );
+    assert_eq!(
+        h.apply(WriteRequest::Compaction(CompactionRequest { revision: 3 }))
+            .response,
+        Err(Error::Compacted)
+    );
+    assert_eq!(
+        h.apply(WriteRequest::Compaction(CompactionRequest { revision: 7 }))
+            .response,
+        Err(Error::FutureRevision)
+    );
+    assert_eq!(h.store.hash_kv(3), Err(Error::Compacted));
+}
+
+// Goal: bad input gets etcd's errors and changes nothing.
+#[test]
+fn bad_input_changes_nothing() {
+    let mut h = Harness::new();
+    let cases = [
+        (
+            put("", "v"),
+            Error::EmptyKey,
+            "etcdserver: key is not provided",
+        ),
+        (
+            WriteRequest::Put(PutRequest {
+                key: b"missing".to_vec(),
+                ignore_value: true,
+                ..PutRequest::default()
+            }),
+            Error::KeyNotFound,
+            "etcdserver: key not found",
+        ),
+        (
+            WriteRequest::Txn(TxnRequest {
+                compare: vec![],
+                success: vec![
+                    RequestOp::Put(PutRequest {
+                        key: b"x".to_vec(),
+                        ..PutRequest::default()
+                    }),
+                    RequestOp::Put(PutRequest {
+                        key: b"x".to_vec(),
+                        ..PutRequest::default()
+                    }),
+                ],
+                failure: vec![],
+            }),
+            Error::DuplicateKey,
+            "etcdserver: duplicate key given in txn request",
+        ),
+        (
+            WriteRequest::Txn(TxnRequest {
+                compare: vec![],
+                success: vec![
+                    RequestOp::Put(PutRequest {
+                        key: b"y".to_vec(),
+                        ..PutRequest::default()
+                    }),
+                    RequestOp::Put(PutRequest {
+                        key: b"missing".to_vec(),
+                        ignore_lease: true,
+                        ..PutRequest::default()
+                    }),
+                ],
+                failure: vec![],
+            }),
+            Error::KeyNotFound,
+            "etcdserver: key not found",
+        ),
+    ];
+    for (request, error, message) in cases {
+        let applied = h.apply(request);
+        assert_eq!(applied.response.as_ref().unwrap_err(), &error);
+        assert_eq!(error.to_string(), message);
+        assert_eq!(error.code(), Code::InvalidArgument);
+        assert!(applied.events.is_empty());
+        assert_eq!(
+            h.store.current_revision(),
+            1,
+            "{message}: nothing was written"
+        );
+    }
+    assert_eq!(h.range(get("")).unwrap_err(), Error::EmptyKey);
+}
+
+// Goal: everything, including compaction and the consistent index,
+// survives a reopen, and the hash is stable across it.
+#[test]
+fn reopen_keeps_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (hash, revision) = {
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .apply(
+                7,
+                &[
+                    put("a", "1"),
+                    put("b", "2"),
+                    delete("a", b""),
+                    put("a", "3"),
+                ],
+            )
+            .unwrap();
+        store
+            .apply(
+                9,
+                &[WriteRequest::Compaction(CompactionRequest { revision: 3 })],
+            )
+            .unwrap();
+        store.flush().unwrap();
+        let (hash, _, revision) = store.hash_kv(0).unwrap();
+        (hash, revision)
+    };
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.consistent_index(), 9);
+    assert_eq!(store.current_revision(), 5);
+    assert_eq!(store.compact_revision(), 3);
+    assert_eq!(store.hash_kv(0).unwrap(), (hash, 3, revision));
+    let a = store.range(&get("a")).unwrap().kvs.remove(0);
+    assert_eq!(
+        (a.create_revision, a.version, a.value.as_slice()),
+        (5, 1, &b"3"[..])
+    );
+}
