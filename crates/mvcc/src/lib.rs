@@ -63,4 +63,4 @@ pub use key_value::{Event, EventKind, KeyValue};
 pub use kv::{ReadView, WriteTxn};
 pub use request::*;
 pub use revision::Revision;
-pub use store::{Store, EMPTY_STORE_REVISION};
+pub use store::{Store, EMPTY_STORE_REVISION, NEVER_COMPACTED};

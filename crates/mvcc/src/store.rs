@@ -32,8 +32,20 @@ const META_CONSISTENT_INDEX: &[u8] = b"mconsistent_index";
 const META_CURRENT_REVISION: &[u8] = b"mcurrent_revision";
 const META_COMPACT_REVISION: &[u8] = b"mcompact_revision";
 
+/// How often, and how far apart, `open` retries sled's directory lock.
+/// Dropping a sled handle releases the lock only when sled's background
+/// flusher thread exits, which on a busy machine takes a few milliseconds
+/// after the drop; 50 tries 20 ms apart wait out a second of that before
+/// a lock held by a live process is reported.
+const OPEN_LOCK_TRIES: usize = 50;
+const OPEN_LOCK_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The revision of an empty store. The first write creates revision 2.
 pub const EMPTY_STORE_REVISION: i64 = 1;
+
+/// The compact revision of a store never compacted: -1, as etcd reports
+/// it (HashKV shows it), so that compacting at 0 is still possible.
+pub const NEVER_COMPACTED: i64 = -1;
 
 /// sled's page cache, in bytes. The in-memory index answers which revision
 /// to read, so the cache only serves value loads; 256 MiB keeps a working
@@ -101,11 +113,23 @@ impl Store {
 
     /// As [`Store::open`], with etcd's `--max-txn-ops`.
     pub fn open_with(path: &Path, max_txn_ops: usize) -> Result<Store> {
-        let db = sled::Config::new()
+        let config = sled::Config::new()
             .path(path)
             .cache_capacity(SLED_CACHE_BYTES)
-            .mode(sled::Mode::HighThroughput)
-            .open()?;
+            .mode(sled::Mode::HighThroughput);
+        let mut tries = 0;
+        let db = loop {
+            match config.open() {
+                Err(sled::Error::Io(error))
+                    if error.kind() == std::io::ErrorKind::WouldBlock
+                        && tries + 1 < OPEN_LOCK_TRIES =>
+                {
+                    tries += 1;
+                    std::thread::sleep(OPEN_LOCK_PAUSE);
+                }
+                result => break result?,
+            }
+        };
         let mut index = TreeIndex::default();
         let mut highest = 0;
         for item in db.scan_prefix([KEY_SPACE]) {
@@ -128,7 +152,7 @@ impl Store {
             current_revision >= highest,
             "stored revision {highest} above current {current_revision}"
         );
-        let compact_revision = read_i64(&db, META_COMPACT_REVISION)?.unwrap_or(0);
+        let compact_revision = read_i64(&db, META_COMPACT_REVISION)?.unwrap_or(NEVER_COMPACTED);
         let consistent_index = read_i64(&db, META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
         Ok(Store {
             db,
@@ -157,7 +181,8 @@ impl Store {
         self.state.read().current_revision
     }
 
-    /// Revisions below this have been compacted away (0 if never).
+    /// Revisions below this have been compacted away ([`NEVER_COMPACTED`]
+    /// if never).
     pub fn compact_revision(&self) -> i64 {
         self.state.read().compact_revision
     }
@@ -248,8 +273,8 @@ impl Store {
             WriteRequest::DeleteRange(delete) => {
                 txn.delete_range(delete).map(WriteResponse::DeleteRange)
             }
-            WriteRequest::Txn(request) => txn::check_path(&txn, request)
-                .map(|()| WriteResponse::Txn(txn::execute(&mut txn, request))),
+            WriteRequest::Txn(request) => txn::plan(&txn, request)
+                .map(|path| WriteResponse::Txn(txn::execute(&mut txn, request, &path))),
             WriteRequest::Compaction(_) => unreachable!("handled above"),
         };
         let revision = txn.revision();

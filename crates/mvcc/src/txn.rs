@@ -2,16 +2,15 @@
 //! against the [`WriteTxn`] trait only.
 //!
 //! Like etcd, a txn is checked before anything is written: the branch each
-//! level will take is chosen from the view at the txn's start, and every
-//! operation on that path must be able to succeed (a put with
-//! `ignore_value` or `ignore_lease` needs its key; a range needs a
-//! readable revision). Together with the duplicate-key rule this means the
+//! level will take is chosen from the view at the txn's start (the path),
+//! and every operation on that path must be able to succeed: first every
+//! put with `ignore_value` or `ignore_lease` needs its key, then every
+//! range at a set revision needs it readable. Together with the duplicate-key rule this means the
 //! execution that follows cannot fail halfway; if it does, an invariant is
 //! broken and the store panics rather than keep half a txn.
 
 use crate::error::{Error, Result};
 use crate::kv::{ReadView, WriteTxn};
-use crate::range;
 use crate::request::{
     Compare, CompareResult, CompareTarget, RangeRequest, RequestOp, ResponseOp, TxnRequest,
     TxnResponse,
@@ -60,18 +59,48 @@ fn holds(compare: &Compare, kv: &crate::KeyValue) -> bool {
     }
 }
 
-/// Checks that the path `request` will take in `view` can run to the end.
-pub fn check_path(view: &impl ReadView, request: &TxnRequest) -> Result<()> {
-    let branch = if compares_hold(view, &request.compare)? {
+/// The branch every level of a txn takes, decided up front from the view
+/// at the txn's start, in depth-first order: this txn's outcome, then the
+/// paths of the txns nested in its chosen branch. Execution follows it
+/// even when the txn's own writes would change a nested compare.
+pub fn plan(view: &impl ReadView, request: &TxnRequest) -> Result<Vec<bool>> {
+    let mut path = Vec::new();
+    compare_to_path(view, request, &mut path)?;
+    check_puts(view, request, &path, &mut 0)?;
+    check_ranges(view, request, &path, &mut 0)?;
+    Ok(path)
+}
+
+fn compare_to_path(view: &impl ReadView, request: &TxnRequest, path: &mut Vec<bool>) -> Result<()> {
+    let succeeded = compares_hold(view, &request.compare)?;
+    path.push(succeeded);
+    for op in branch(request, succeeded) {
+        if let RequestOp::Txn(nested) = op {
+            compare_to_path(view, nested, path)?;
+        }
+    }
+    Ok(())
+}
+
+fn branch(request: &TxnRequest, succeeded: bool) -> &[RequestOp] {
+    if succeeded {
         &request.success
     } else {
         &request.failure
-    };
-    for op in branch {
+    }
+}
+
+/// A put with `ignore_value` or `ignore_lease` needs its key in the view.
+fn check_puts(
+    view: &impl ReadView,
+    request: &TxnRequest,
+    path: &[bool],
+    at: &mut usize,
+) -> Result<()> {
+    let succeeded = path[*at];
+    *at += 1;
+    for op in branch(request, succeeded) {
         match op {
-            RequestOp::Range(range) => {
-                range::read_revision(range.revision, view.revision(), view.compact_revision())?;
-            }
             RequestOp::Put(put) if put.ignore_value || put.ignore_lease => {
                 let existing = view.range(&RangeRequest {
                     key: put.key.clone(),
@@ -82,24 +111,63 @@ pub fn check_path(view: &impl ReadView, request: &TxnRequest) -> Result<()> {
                     return Err(Error::KeyNotFound);
                 }
             }
-            RequestOp::Put(_) | RequestOp::DeleteRange(_) => {}
-            RequestOp::Txn(nested) => check_path(view, nested)?,
+            RequestOp::Txn(nested) => check_puts(view, nested, path, at)?,
+            _ => {}
         }
     }
     Ok(())
 }
 
-/// Runs a txn that [`check_path`] accepted. Nested responses carry the
-/// revision of the outer txn's view when they ran.
-pub fn execute(txn: &mut impl WriteTxn, request: &TxnRequest) -> TxnResponse {
-    let succeeded = compares_hold(txn, &request.compare).expect("compares were checked");
-    let branch = if succeeded {
-        &request.success
-    } else {
-        &request.failure
-    };
-    let mut responses = Vec::with_capacity(branch.len());
-    for op in branch {
+/// A range at a set revision needs it readable. Unlike a plain range, a
+/// negative revision here counts as compacted once anything was compacted,
+/// as in etcd.
+fn check_ranges(
+    view: &impl ReadView,
+    request: &TxnRequest,
+    path: &[bool],
+    at: &mut usize,
+) -> Result<()> {
+    let succeeded = path[*at];
+    *at += 1;
+    for op in branch(request, succeeded) {
+        match op {
+            RequestOp::Range(range) if range.revision != 0 => {
+                if range.revision > view.revision() {
+                    return Err(Error::FutureRevision);
+                }
+                if range.revision < view.compact_revision() {
+                    return Err(Error::Compacted);
+                }
+            }
+            RequestOp::Txn(nested) => check_ranges(view, nested, path, at)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Runs a txn along the path [`plan`] returned. The outer response carries
+/// the txn's revision; nested txn responses carry 0, as etcd leaves their
+/// headers empty.
+pub fn execute(txn: &mut impl WriteTxn, request: &TxnRequest, path: &[bool]) -> TxnResponse {
+    let mut at = 0;
+    let mut response = execute_level(txn, request, path, &mut at);
+    assert_eq!(at, path.len(), "execution followed the whole plan");
+    response.revision = txn.revision();
+    response
+}
+
+fn execute_level(
+    txn: &mut impl WriteTxn,
+    request: &TxnRequest,
+    path: &[bool],
+    at: &mut usize,
+) -> TxnResponse {
+    let succeeded = path[*at];
+    *at += 1;
+    let ops = branch(request, succeeded);
+    let mut responses = Vec::with_capacity(ops.len());
+    for op in ops {
         let response = match op {
             RequestOp::Range(range) => {
                 ResponseOp::Range(txn.range(range).expect("txn range was checked"))
@@ -108,12 +176,12 @@ pub fn execute(txn: &mut impl WriteTxn, request: &TxnRequest) -> TxnResponse {
             RequestOp::DeleteRange(delete) => {
                 ResponseOp::DeleteRange(txn.delete_range(delete).expect("txn delete cannot fail"))
             }
-            RequestOp::Txn(nested) => ResponseOp::Txn(execute(txn, nested)),
+            RequestOp::Txn(nested) => ResponseOp::Txn(execute_level(txn, nested, path, at)),
         };
         responses.push(response);
     }
     TxnResponse {
-        revision: txn.revision(),
+        revision: 0,
         succeeded,
         responses,
     }

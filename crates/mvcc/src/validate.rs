@@ -5,6 +5,7 @@
 //! is refused without side effects rather than half applied.
 
 use crate::error::{Error, Result};
+use crate::index::RangeEnd;
 use crate::request::{
     Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, WriteRequest,
 };
@@ -86,9 +87,14 @@ fn check_compare(compare: &Compare) -> Result<()> {
     Ok(())
 }
 
-/// A deleted span, compared as raw bytes: `[key, end)`, or the key alone
-/// when `end` is empty. A `range_end` of `[0]` is taken literally here, as
-/// etcd's check does, so it spans nothing past the key.
+/// A deleted span: `[key, end)`, the key alone when `end` is empty, or
+/// every key from `key` on when `end` is `[0]`.
+///
+/// Deliberate difference from etcd 3.5: its check compares a `[0]` end
+/// literally, so it spans nothing, and a txn that deletes from a key on
+/// and then puts a key in that span with `ignore_value` or `ignore_lease`
+/// passes the check and makes etcd panic while applying. Here the span is
+/// what the delete really covers, and such a txn is refused as a duplicate.
 struct Span<'a> {
     key: &'a [u8],
     end: &'a [u8],
@@ -96,11 +102,7 @@ struct Span<'a> {
 
 impl Span<'_> {
     fn contains(&self, candidate: &[u8]) -> bool {
-        if self.end.is_empty() {
-            candidate == self.key
-        } else {
-            candidate >= self.key && candidate < self.end
-        }
+        RangeEnd::parse(self.end).contains(self.key, candidate)
     }
 }
 

@@ -1,0 +1,613 @@
+//! Goal: the store answers every request exactly as a small reference
+//! model of etcd's semantics does, through random puts, deletes, ranges
+//! with every option, txns (nested too), compactions and restarts.
+//!
+//! Method: proptest generates a sequence of steps over a tiny key space (so
+//! keys collide, generations end and restart, and ranges overlap). Writes
+//! go through `Store::apply` in random batch sizes; the model keeps the
+//! whole history as a flat list and answers by brute force. Every response
+//! and every event list is compared. A restart drops the store and reopens
+//! it from disk. The model shares only the request checks (`validate`,
+//! tested on its own) with the store.
+//!
+//! `PROPTEST_CASES` sets the number of cases (48 by default for CI; run
+//! 1000 for a deeper search).
+
+use std::collections::BTreeSet;
+
+use mvcc::*;
+use proptest::prelude::*;
+
+// ---------------------------------------------------------------- model --
+
+/// The reference: every change ever made, in order.
+#[derive(Default)]
+struct Model {
+    /// (main revision, key, value after the change; None for a delete)
+    history: Vec<(i64, Vec<u8>, Option<KeyValue>)>,
+    current: i64,
+    compact: i64,
+}
+
+impl Model {
+    fn new() -> Model {
+        Model {
+            current: 1,
+            compact: -1,
+            ..Model::default()
+        }
+    }
+
+    fn keys(&self) -> BTreeSet<Vec<u8>> {
+        self.history.iter().map(|(_, key, _)| key.clone()).collect()
+    }
+
+    fn at(&self, key: &[u8], revision: i64) -> Option<KeyValue> {
+        self.history
+            .iter()
+            .rev()
+            .find(|(main, k, _)| *main <= revision && k == key)
+            .and_then(|(_, _, kv)| kv.clone())
+    }
+
+    fn in_range(key: &[u8], end: &[u8], candidate: &[u8]) -> bool {
+        match end {
+            [] => candidate == key,
+            [0] => candidate >= key,
+            end => candidate >= key && candidate < end,
+        }
+    }
+
+    fn range(&self, request: &RangeRequest, view: i64) -> Result<RangeResponse> {
+        validate::check_range(request)?;
+        let at = if request.revision <= 0 {
+            view
+        } else {
+            request.revision
+        };
+        if request.revision > view {
+            return Err(Error::FutureRevision);
+        }
+        if request.revision > 0 && request.revision < self.compact {
+            return Err(Error::Compacted);
+        }
+        let mut kvs: Vec<KeyValue> = self
+            .keys()
+            .into_iter()
+            .filter(|k| Model::in_range(&request.key, &request.range_end, k))
+            .filter_map(|k| self.at(&k, at))
+            .collect();
+        let count = kvs.len() as i64;
+        kvs.retain(|kv| {
+            (request.min_mod_revision == 0 || kv.mod_revision >= request.min_mod_revision)
+                && (request.max_mod_revision == 0 || kv.mod_revision <= request.max_mod_revision)
+                && (request.min_create_revision == 0
+                    || kv.create_revision >= request.min_create_revision)
+                && (request.max_create_revision == 0
+                    || kv.create_revision <= request.max_create_revision)
+        });
+        let key_of = |kv: &KeyValue| -> (Vec<u8>, i64) {
+            match request.sort_target {
+                SortTarget::Key => (kv.key.clone(), 0),
+                SortTarget::Version => (Vec::new(), kv.version),
+                SortTarget::Create => (Vec::new(), kv.create_revision),
+                SortTarget::Mod => (Vec::new(), kv.mod_revision),
+                SortTarget::Value => (kv.value.clone(), 0),
+            }
+        };
+        let order = match (request.sort_order, request.sort_target) {
+            (SortOrder::None, SortTarget::Key) => SortOrder::None,
+            (SortOrder::None, _) => SortOrder::Ascend,
+            (order, _) => order,
+        };
+        match order {
+            SortOrder::None => {}
+            SortOrder::Ascend => kvs.sort_by_key(key_of),
+            SortOrder::Descend => kvs.sort_by(|a, b| key_of(b).cmp(&key_of(a))),
+        }
+        let more = request.limit > 0 && kvs.len() as i64 > request.limit;
+        if request.limit > 0 {
+            kvs.truncate(request.limit as usize);
+        }
+        if request.keys_only {
+            kvs.iter_mut().for_each(|kv| kv.value.clear());
+        }
+        if request.count_only {
+            return Ok(RangeResponse {
+                revision: view,
+                kvs: Vec::new(),
+                more: false,
+                count,
+            });
+        }
+        Ok(RangeResponse {
+            revision: view,
+            kvs,
+            more,
+            count,
+        })
+    }
+}
+
+/// A write transaction on the model: changes land in `history` at
+/// `begin + 1` as they are made.
+struct ModelTxn<'a> {
+    model: &'a mut Model,
+    begin: i64,
+    changed: bool,
+    events: Vec<Event>,
+}
+
+impl ModelTxn<'_> {
+    fn view(&self) -> i64 {
+        self.begin + i64::from(self.changed)
+    }
+
+    fn live(&self, key: &[u8]) -> Option<KeyValue> {
+        self.model.at(key, self.view())
+    }
+
+    fn put(&mut self, request: &PutRequest) -> Result<PutResponse> {
+        let previous = self.live(&request.key);
+        if (request.ignore_value || request.ignore_lease) && previous.is_none() {
+            return Err(Error::KeyNotFound);
+        }
+        let main = self.begin + 1;
+        let kv = KeyValue {
+            key: request.key.clone(),
+            create_revision: previous.as_ref().map_or(main, |p| p.create_revision),
+            mod_revision: main,
+            version: previous.as_ref().map_or(1, |p| p.version + 1),
+            value: if request.ignore_value {
+                previous.clone().unwrap().value
+            } else {
+                request.value.clone()
+            },
+            lease: if request.ignore_lease {
+                previous.clone().unwrap().lease
+            } else {
+                request.lease
+            },
+        };
+        self.model
+            .history
+            .push((main, request.key.clone(), Some(kv.clone())));
+        self.changed = true;
+        self.events.push(Event {
+            kind: EventKind::Put,
+            kv,
+        });
+        Ok(PutResponse {
+            revision: main,
+            prev_kv: previous.filter(|_| request.prev_kv),
+        })
+    }
+
+    fn delete(&mut self, request: &DeleteRangeRequest) -> DeleteRangeResponse {
+        let view = self.view();
+        let doomed: Vec<KeyValue> = self
+            .model
+            .keys()
+            .into_iter()
+            .filter(|k| Model::in_range(&request.key, &request.range_end, k))
+            .filter_map(|k| self.model.at(&k, view))
+            .collect();
+        let main = self.begin + 1;
+        for kv in &doomed {
+            self.model.history.push((main, kv.key.clone(), None));
+            self.changed = true;
+            self.events.push(Event {
+                kind: EventKind::Delete,
+                kv: KeyValue {
+                    key: kv.key.clone(),
+                    mod_revision: main,
+                    ..KeyValue::default()
+                },
+            });
+        }
+        DeleteRangeResponse {
+            revision: self.view(),
+            deleted: doomed.len() as i64,
+            prev_kvs: if request.prev_kv { doomed } else { Vec::new() },
+        }
+    }
+
+    fn compares_hold(&self, compares: &[Compare]) -> bool {
+        compares.iter().all(|compare| {
+            let kvs: Vec<KeyValue> = self
+                .model
+                .keys()
+                .into_iter()
+                .filter(|k| Model::in_range(&compare.key, &compare.range_end, k))
+                .filter_map(|k| self.model.at(&k, self.view()))
+                .collect();
+            let check = |kv: &KeyValue| {
+                let ordering = match &compare.target {
+                    CompareTarget::Version(v) => kv.version.cmp(v),
+                    CompareTarget::Create(v) => kv.create_revision.cmp(v),
+                    CompareTarget::Mod(v) => kv.mod_revision.cmp(v),
+                    CompareTarget::Lease(v) => kv.lease.cmp(v),
+                    CompareTarget::Value(v) => kv.value.cmp(v),
+                };
+                match compare.result {
+                    CompareResult::Equal => ordering.is_eq(),
+                    CompareResult::NotEqual => ordering.is_ne(),
+                    CompareResult::Greater => ordering.is_gt(),
+                    CompareResult::Less => ordering.is_lt(),
+                }
+            };
+            if kvs.is_empty() {
+                !matches!(compare.target, CompareTarget::Value(_)) && check(&KeyValue::default())
+            } else {
+                kvs.iter().all(check)
+            }
+        })
+    }
+
+    /// The branch of every level, from the starting view, depth first.
+    fn path(&self, request: &TxnRequest, path: &mut Vec<bool>) {
+        let succeeded = self.compares_hold(&request.compare);
+        path.push(succeeded);
+        for op in if succeeded {
+            &request.success
+        } else {
+            &request.failure
+        } {
+            if let RequestOp::Txn(nested) = op {
+                self.path(nested, path);
+            }
+        }
+    }
+
+    /// Every operation on the path, depth first, in path order.
+    fn walk<'r>(
+        request: &'r TxnRequest,
+        path: &[bool],
+        at: &mut usize,
+        visit: &mut impl FnMut(&'r RequestOp),
+    ) {
+        let succeeded = path[*at];
+        *at += 1;
+        for op in if succeeded {
+            &request.success
+        } else {
+            &request.failure
+        } {
+            visit(op);
+            if let RequestOp::Txn(nested) = op {
+                ModelTxn::walk(nested, path, at, visit);
+            }
+        }
+    }
+
+    /// etcd's pre-check: puts on the path first, then ranges.
+    fn check(&self, request: &TxnRequest, path: &[bool]) -> Result<()> {
+        let mut ops = Vec::new();
+        ModelTxn::walk(request, path, &mut 0, &mut |op| ops.push(op));
+        for op in &ops {
+            if let RequestOp::Put(put) = op {
+                if (put.ignore_value || put.ignore_lease) && self.live(&put.key).is_none() {
+                    return Err(Error::KeyNotFound);
+                }
+            }
+        }
+        for op in &ops {
+            if let RequestOp::Range(range) = op {
+                if range.revision != 0 && range.revision > self.view() {
+                    return Err(Error::FutureRevision);
+                }
+                if range.revision != 0 && range.revision < self.model.compact {
+                    return Err(Error::Compacted);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn txn(&mut self, request: &TxnRequest, path: &[bool], at: &mut usize) -> TxnResponse {
+        let succeeded = path[*at];
+        *at += 1;
+        let branch = if succeeded {
+            &request.success
+        } else {
+            &request.failure
+        };
+        let mut responses = Vec::new();
+        for op in branch {
+            responses.push(match op {
+                RequestOp::Range(range) => {
+                    ResponseOp::Range(self.model.range(range, self.view()).unwrap())
+                }
+                RequestOp::Put(put) => ResponseOp::Put(self.put(put).unwrap()),
+                RequestOp::DeleteRange(delete) => ResponseOp::DeleteRange(self.delete(delete)),
+                RequestOp::Txn(nested) => ResponseOp::Txn(self.txn(nested, path, at)),
+            });
+        }
+        // Nested txn responses carry revision 0; the caller sets the outer one.
+        TxnResponse {
+            revision: 0,
+            succeeded,
+            responses,
+        }
+    }
+}
+
+impl Model {
+    fn apply(&mut self, request: &WriteRequest) -> Applied {
+        if let Err(error) = validate::check_write(request, validate::MAX_TXN_OPS_DEFAULT) {
+            return Applied {
+                response: Err(error),
+                events: Vec::new(),
+            };
+        }
+        if let WriteRequest::Compaction(compaction) = request {
+            let response = if compaction.revision <= self.compact {
+                Err(Error::Compacted)
+            } else if compaction.revision > self.current {
+                Err(Error::FutureRevision)
+            } else {
+                self.compact = compaction.revision;
+                Ok(WriteResponse::Compaction(CompactionResponse {
+                    revision: self.current,
+                }))
+            };
+            return Applied {
+                response,
+                events: Vec::new(),
+            };
+        }
+        let begin = self.current;
+        let mut txn = ModelTxn {
+            model: self,
+            begin,
+            changed: false,
+            events: Vec::new(),
+        };
+        let response = match request {
+            WriteRequest::Put(put) => txn.put(put).map(WriteResponse::Put),
+            WriteRequest::DeleteRange(delete) => Ok(WriteResponse::DeleteRange(txn.delete(delete))),
+            WriteRequest::Txn(request) => {
+                let mut path = Vec::new();
+                txn.path(request, &mut path);
+                txn.check(request, &path).map(|()| {
+                    let mut response = txn.txn(request, &path, &mut 0);
+                    response.revision = txn.view();
+                    WriteResponse::Txn(response)
+                })
+            }
+            WriteRequest::Compaction(_) => unreachable!(),
+        };
+        let (view, events) = (txn.view(), std::mem::take(&mut txn.events));
+        self.current = view;
+        Applied { response, events }
+    }
+}
+
+// ----------------------------------------------------------- generators --
+
+const KEYS: &[&[u8]] = &[b"a", b"ab", b"b", b"b/1", b"b/2", b"c", b"\0"];
+
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![9 => prop::sample::select(KEYS).prop_map(|k| k.to_vec()), 1 => Just(Vec::new())]
+}
+
+fn range_end() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        4 => Just(Vec::new()),
+        1 => Just(vec![0]),
+        2 => prop::sample::select(KEYS).prop_map(|k| k.to_vec()),
+        1 => Just(b"b0".to_vec()),
+    ]
+}
+
+fn value() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        Just(Vec::new()),
+        prop::sample::select(vec![b"x".to_vec(), b"y".to_vec(), b"zz".to_vec()])
+    ]
+}
+
+fn revision() -> impl Strategy<Value = i64> {
+    prop_oneof![3 => Just(0i64), 2 => 1i64..40, 1 => -2i64..0]
+}
+
+fn range_request() -> impl Strategy<Value = RangeRequest> {
+    (
+        (
+            key(),
+            range_end(),
+            prop_oneof![Just(0i64), 1i64..4],
+            revision(),
+        ),
+        (
+            prop::sample::select(vec![SortOrder::None, SortOrder::Ascend, SortOrder::Descend]),
+            prop::sample::select(vec![
+                SortTarget::Key,
+                SortTarget::Version,
+                SortTarget::Create,
+                SortTarget::Mod,
+                SortTarget::Value,
+            ]),
+        ),
+        (any::<bool>(), any::<bool>()),
+        prop::array::uniform4(prop_oneof![3 => Just(0i64), 1 => 1i64..20]),
+    )
+        .prop_map(
+            |(
+                (key, range_end, limit, revision),
+                (sort_order, sort_target),
+                (keys_only, count_only),
+                filters,
+            )| {
+                RangeRequest {
+                    key,
+                    range_end,
+                    limit,
+                    revision,
+                    sort_order,
+                    sort_target,
+                    keys_only,
+                    count_only,
+                    min_mod_revision: filters[0],
+                    max_mod_revision: filters[1],
+                    min_create_revision: filters[2],
+                    max_create_revision: filters[3],
+                }
+            },
+        )
+}
+
+fn put_request() -> impl Strategy<Value = PutRequest> {
+    (
+        key(),
+        value(),
+        prop_oneof![3 => Just(0i64), 1 => 1i64..3],
+        any::<bool>(),
+        prop::bool::weighted(0.15),
+        prop::bool::weighted(0.15),
+    )
+        .prop_map(
+            |(key, value, lease, prev_kv, ignore_value, ignore_lease)| PutRequest {
+                key,
+                value: if ignore_value { Vec::new() } else { value },
+                lease: if ignore_lease { 0 } else { lease },
+                prev_kv,
+                ignore_value,
+                ignore_lease,
+            },
+        )
+}
+
+fn delete_request() -> impl Strategy<Value = DeleteRangeRequest> {
+    (key(), range_end(), any::<bool>()).prop_map(|(key, range_end, prev_kv)| DeleteRangeRequest {
+        key,
+        range_end,
+        prev_kv,
+    })
+}
+
+fn compare() -> impl Strategy<Value = Compare> {
+    (
+        key(),
+        prop_oneof![4 => Just(Vec::new()), 1 => range_end()],
+        prop::sample::select(vec![
+            CompareResult::Equal,
+            CompareResult::NotEqual,
+            CompareResult::Greater,
+            CompareResult::Less,
+        ]),
+        prop_oneof![
+            (0i64..4).prop_map(CompareTarget::Version),
+            (0i64..20).prop_map(CompareTarget::Create),
+            (0i64..20).prop_map(CompareTarget::Mod),
+            value().prop_map(CompareTarget::Value),
+            (0i64..3).prop_map(CompareTarget::Lease),
+        ],
+    )
+        .prop_map(|(key, range_end, result, target)| Compare {
+            result,
+            target,
+            key,
+            range_end,
+        })
+}
+
+fn flat_op() -> impl Strategy<Value = RequestOp> {
+    prop_oneof![
+        range_request().prop_map(RequestOp::Range),
+        put_request().prop_map(RequestOp::Put),
+        delete_request().prop_map(RequestOp::DeleteRange),
+    ]
+}
+
+fn txn_request() -> impl Strategy<Value = TxnRequest> {
+    let nested = (
+        prop::collection::vec(compare(), 0..2),
+        prop::collection::vec(flat_op(), 0..3),
+        prop::collection::vec(flat_op(), 0..3),
+    )
+        .prop_map(|(compare, success, failure)| {
+            RequestOp::Txn(TxnRequest {
+                compare,
+                success,
+                failure,
+            })
+        });
+    let op = prop_oneof![5 => flat_op(), 1 => nested];
+    (
+        prop::collection::vec(compare(), 0..3),
+        prop::collection::vec(op.clone(), 0..4),
+        prop::collection::vec(op, 0..4),
+    )
+        .prop_map(|(compare, success, failure)| TxnRequest {
+            compare,
+            success,
+            failure,
+        })
+}
+
+fn write_request() -> impl Strategy<Value = WriteRequest> {
+    prop_oneof![
+        5 => put_request().prop_map(WriteRequest::Put),
+        2 => delete_request().prop_map(WriteRequest::DeleteRange),
+        3 => txn_request().prop_map(WriteRequest::Txn),
+        1 => (-1i64..30).prop_map(|revision| WriteRequest::Compaction(CompactionRequest { revision })),
+    ]
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// Writes applied together as one raft batch.
+    Apply(Vec<WriteRequest>),
+    Range(RangeRequest),
+    Restart,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => prop::collection::vec(write_request(), 1..4).prop_map(Step::Apply),
+        4 => range_request().prop_map(Step::Range),
+        1 => Just(Step::Restart),
+    ]
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(48)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn store_matches_model(steps in prop::collection::vec(step(), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let mut model = Model::new();
+        let mut raft_index = 0;
+        for (number, step) in steps.iter().enumerate() {
+            match step {
+                Step::Apply(requests) => {
+                    raft_index += 1;
+                    let applied = store.apply(raft_index, requests).unwrap();
+                    for (request, got) in requests.iter().zip(applied) {
+                        let expected = model.apply(request);
+                        prop_assert_eq!(&got, &expected, "step {}: {:?}", number, request);
+                    }
+                }
+                Step::Range(request) => {
+                    prop_assert_eq!(store.range(request), model.range(request, model.current), "step {}: {:?}", number, request);
+                }
+                Step::Restart => {
+                    drop(store);
+                    store = Store::open(dir.path()).unwrap();
+                    prop_assert_eq!(store.consistent_index(), raft_index);
+                }
+            }
+            prop_assert_eq!(store.current_revision(), model.current);
+            prop_assert_eq!(store.compact_revision(), model.compact);
+        }
+    }
+}
