@@ -103,7 +103,7 @@ impl Model {
         match order {
             SortOrder::None => {}
             SortOrder::Ascend => kvs.sort_by_key(key_of),
-            SortOrder::Descend => kvs.sort_by(|a, b| key_of(b).cmp(&key_of(a))),
+            SortOrder::Descend => kvs.sort_by_key(|kv| std::cmp::Reverse(key_of(kv))),
         }
         let more = request.limit > 0 && kvs.len() as i64 > request.limit;
         if request.limit > 0 {
