@@ -18,8 +18,12 @@
 //! - `compact(at: 6)` keeps the last revision at or below 6 (`5.0`) and
 //!   drops everything before it: `[5.0, 7.0t, 9.0]`. Answers for any
 //!   `at >= 6` are unchanged.
-//! - `compact(at: 8)` finds `7.0t`; a tombstone is not kept, so the whole
-//!   first generation goes: `[9.0]`.
+//! - `compact(at: 8)` finds `7.0t`, a tombstone below 8: the whole first
+//!   generation goes: `[9.0]`.
+//! - `compact(at: 7)` finds `7.0t` exactly at 7. As in etcd since 3.5.15,
+//!   a tombstone at the compact revision is kept (`[7.0t, 9.0]`), so a
+//!   watch from the compact revision still sees that delete. A later
+//!   compaction above 7 drops it.
 //! - `compact(at: 10)` keeps `9.0` only; compacting a history whose last
 //!   revision is a tombstone empties it, and the index drops the key.
 //!
@@ -81,9 +85,13 @@ impl KeyIndex {
         self.push(Slot::new(revision, false));
     }
 
-    /// Records a delete at `revision`. The key must exist.
+    /// Records a delete at `revision`. The key must exist, except that a
+    /// history rebuilt after compaction may begin with a kept tombstone.
     pub fn tombstone(&mut self, revision: Revision) {
-        assert!(self.is_live(), "tombstone on a key that does not exist");
+        assert!(
+            self.history.last().is_none_or(|slot| !slot.is_tombstone()),
+            "tombstone after a tombstone"
+        );
         self.push(Slot::new(revision, true));
     }
 
@@ -124,13 +132,10 @@ impl KeyIndex {
             return None;
         }
         let last = self.history[position - 1];
-        let keep_from = if last.is_tombstone() {
-            position
-        } else {
-            position - 1
-        };
+        let kept = !last.is_tombstone() || last.main() == at;
+        let keep_from = if kept { position - 1 } else { position };
         self.history.drain(..keep_from);
-        (!last.is_tombstone()).then(|| last.revision())
+        kept.then(|| last.revision())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -181,6 +186,25 @@ mod tests {
         }
 
         let mut compacted = index.clone();
+        assert_eq!(
+            compacted.compact(7),
+            Some(Revision::new(7, 0)),
+            "a tombstone at the compact revision stays"
+        );
+        assert_eq!(
+            compacted.slots().map(|s| s.main()).collect::<Vec<_>>(),
+            [7, 9]
+        );
+        assert_eq!(compacted.get(7), None);
+        assert_eq!(compacted.get(9), Some(rev(9)));
+        assert_eq!(
+            compacted.compact(8),
+            None,
+            "and goes once compaction passes it"
+        );
+        assert_eq!(compacted.slots().map(|s| s.main()).collect::<Vec<_>>(), [9]);
+
+        let mut compacted = index.clone();
         assert_eq!(compacted.compact(8), None);
         assert_eq!(compacted.slots().map(|s| s.main()).collect::<Vec<_>>(), [9]);
 
@@ -191,8 +215,15 @@ mod tests {
         let mut ended = KeyIndex::default();
         ended.put(rev(3));
         ended.tombstone(rev(4));
-        assert_eq!(ended.compact(4), None);
+        assert_eq!(ended.compact(5), None);
         assert!(ended.is_empty());
+
+        // A rebuilt history may begin with the kept tombstone.
+        let mut rebuilt = KeyIndex::default();
+        rebuilt.tombstone(rev(7));
+        rebuilt.put(rev(9));
+        assert_eq!(rebuilt.get(8), None);
+        assert_eq!(rebuilt.get(9), Some(rev(9)));
     }
 
     // Goal: the packed slot keeps main, sub and the tombstone flag apart,

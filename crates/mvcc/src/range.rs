@@ -1,9 +1,11 @@
 //! The request-level shape of a Range answer, applied in etcd's order:
 //!
-//! 1. Fetch from the index in key order. With no sort and no filter, fetch
-//!    at most `limit + 1` key-values (one more than asked tells `more`);
-//!    otherwise fetch them all. `count` is every key in the range at the
-//!    revision, whatever the limit and filters.
+//! 1. Fetch from the index in key order. With no sort order and no filter,
+//!    fetch at most `limit + 1` key-values (one more than asked tells
+//!    `more`); otherwise fetch them all. `count` is every key in the range
+//!    at the revision, whatever the limit and filters. As in etcd, this
+//!    looks at the requested order only: a sort target with no order and a
+//!    limit sorts just the first `limit + 1` keys.
 //! 2. Drop key-values outside the min/max mod and create revision filters
 //!    (0 disables a filter).
 //! 3. Sort. A target other than the key with no order sorts ascending;
@@ -56,7 +58,9 @@ pub fn range(
         (order, _) => order,
     };
     let fetch_limit = match request.limit {
-        limit if limit > 0 && sort_order == SortOrder::None && !filtered => limit as usize + 1,
+        limit if limit > 0 && request.sort_order == SortOrder::None && !filtered => {
+            limit as usize + 1
+        }
         _ => usize::MAX,
     };
 

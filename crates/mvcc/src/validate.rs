@@ -50,8 +50,8 @@ pub fn check_delete_range(request: &DeleteRangeRequest) -> Result<()> {
     Ok(())
 }
 
-/// The operation limit (per list, nested txns checked on their own), every
-/// operation's own checks, then the duplicate-key rule on each branch.
+/// The operation limit, every operation's own checks, then the
+/// duplicate-key rule on each branch.
 pub fn check_txn(request: &TxnRequest, max_txn_ops: usize) -> Result<()> {
     check_txn_operations(request, max_txn_ops)?;
     puts_and_deletes(&request.success)?;
@@ -59,11 +59,16 @@ pub fn check_txn(request: &TxnRequest, max_txn_ops: usize) -> Result<()> {
     Ok(())
 }
 
+/// etcd's budget: the longest of the three lists must fit `max_txn_ops`,
+/// and each nested txn must fit what its parent left
+/// (`max_txn_ops - longest`).
 fn check_txn_operations(request: &TxnRequest, max_txn_ops: usize) -> Result<()> {
-    if request.compare.len() > max_txn_ops
-        || request.success.len() > max_txn_ops
-        || request.failure.len() > max_txn_ops
-    {
+    let longest = request
+        .compare
+        .len()
+        .max(request.success.len())
+        .max(request.failure.len());
+    if longest > max_txn_ops {
         return Err(Error::TooManyOperations);
     }
     for compare in &request.compare {
@@ -74,7 +79,7 @@ fn check_txn_operations(request: &TxnRequest, max_txn_ops: usize) -> Result<()> 
             RequestOp::Range(range) => check_range(range)?,
             RequestOp::Put(put) => check_put(put)?,
             RequestOp::DeleteRange(delete) => check_delete_range(delete)?,
-            RequestOp::Txn(txn) => check_txn_operations(txn, max_txn_ops)?,
+            RequestOp::Txn(txn) => check_txn_operations(txn, max_txn_ops - longest)?,
         }
     }
     Ok(())

@@ -78,6 +78,15 @@ impl Model {
             .filter_map(|k| self.at(&k, at))
             .collect();
         let count = kvs.len() as i64;
+        let filtered = request.min_mod_revision != 0
+            || request.max_mod_revision != 0
+            || request.min_create_revision != 0
+            || request.max_create_revision != 0;
+        // etcd fetches only limit + 1 keys (in key order) when the request
+        // names no sort order and no filter, even with a sort target.
+        if request.limit > 0 && request.sort_order == SortOrder::None && !filtered {
+            kvs.truncate(request.limit as usize + 1);
+        }
         kvs.retain(|kv| {
             (request.min_mod_revision == 0 || kv.mod_revision >= request.min_mod_revision)
                 && (request.max_mod_revision == 0 || kv.mod_revision <= request.max_mod_revision)

@@ -464,3 +464,62 @@ fn reopen_keeps_state() {
         (5, 1, &b"3"[..])
     );
 }
+
+// Goal: etcd's fetch rule: a sort target with no sort order and a limit
+// sorts only the first limit + 1 keys in key order, not the whole range.
+#[test]
+fn sort_target_without_order_sorts_the_fetched_keys_only() {
+    let mut h = Harness::new();
+    for (key, value) in [("a", "9"), ("b", "8"), ("c", "1"), ("d", "0")] {
+        h.ok(put(key, value));
+    }
+    let request = RangeRequest {
+        key: b"a".to_vec(),
+        range_end: b"z".to_vec(),
+        limit: 1,
+        sort_target: SortTarget::Value,
+        ..RangeRequest::default()
+    };
+    // Fetches a and b, sorts them by value (b=8, a=9), keeps one.
+    let response = h.range(request.clone()).unwrap();
+    assert_eq!(response.kvs[0].key, b"b");
+    assert!(response.more);
+    // With an explicit order the whole range is sorted: d=0 comes first.
+    let ordered = h
+        .range(RangeRequest {
+            sort_order: SortOrder::Ascend,
+            ..request
+        })
+        .unwrap();
+    assert_eq!(ordered.kvs[0].key, b"d");
+}
+
+// Goal: a tombstone at exactly the compact revision survives compaction
+// and a reopen (etcd 3.5.15+), and goes with the next compaction past it.
+#[test]
+fn tombstone_at_the_compact_revision_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store
+        .apply(1, &[put("k", "v"), delete("k", b""), put("other", "x")])
+        .unwrap();
+    // Revisions: put k @2, delete k @3, put other @4.
+    store
+        .apply(
+            2,
+            &[WriteRequest::Compaction(CompactionRequest { revision: 3 })],
+        )
+        .unwrap();
+    assert_eq!(store.indexed_keys(), 2, "k's tombstone at 3 is kept");
+    drop(store);
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.indexed_keys(), 2, "and rebuilt from storage");
+    assert!(store.range(&get("k")).unwrap().kvs.is_empty());
+    store
+        .apply(
+            3,
+            &[WriteRequest::Compaction(CompactionRequest { revision: 4 })],
+        )
+        .unwrap();
+    assert_eq!(store.indexed_keys(), 1);
+}

@@ -1,0 +1,152 @@
+//! MVCC store benchmarks.
+//!
+//! - `mvcc_apply_puts/{1,100,1000}`: one `Store::apply` of a batch of puts
+//!   (8-byte keys over a 100k key space, 256-byte values), as the server's
+//!   apply stage calls it once per raft batch. Reported in puts/s.
+//! - `mvcc_range/point`: a serializable single-key range in a store of
+//!   100k keys.
+//! - `mvcc_range/prefix_1000`: a prefix range returning 1,000 keys.
+//! - `mvcc_compact/100k_revisions`: compacting a store holding 100k
+//!   revisions (10k keys put 10 times each) at its current revision.
+//!
+//! Setup (filling stores) stays outside the timed part.
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use mvcc::{CompactionRequest, PutRequest, RangeRequest, Store, WriteRequest};
+
+const VALUE_BYTES: usize = 256;
+const KEY_SPACE: u64 = 100_000;
+
+fn key(i: u64) -> Vec<u8> {
+    format!("{:08}", i % KEY_SPACE).into_bytes()
+}
+
+fn put(key: Vec<u8>) -> WriteRequest {
+    WriteRequest::Put(PutRequest {
+        key,
+        value: vec![0x5a; VALUE_BYTES],
+        ..PutRequest::default()
+    })
+}
+
+/// Applies `total` puts over keys `first..first + total`, in batches of 1000.
+fn fill(store: &Store, raft_index: &mut u64, keys: impl Iterator<Item = Vec<u8>>) {
+    let mut batch = Vec::with_capacity(1000);
+    for key in keys {
+        batch.push(put(key));
+        if batch.len() == 1000 {
+            *raft_index += 1;
+            store.apply(*raft_index, &batch).expect("apply");
+            batch.clear();
+        }
+    }
+    if !batch.is_empty() {
+        *raft_index += 1;
+        store.apply(*raft_index, &batch).expect("apply");
+    }
+}
+
+fn apply_puts(c: &mut Criterion) {
+    let mut group = c.benchmark_group("mvcc_apply_puts");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(4));
+    for batch_size in [1u64, 100, 1000] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let mut raft_index = 0;
+        let mut next = 0u64;
+        group.throughput(Throughput::Elements(batch_size));
+        group.bench_function(BenchmarkId::from_parameter(batch_size), |b| {
+            b.iter_custom(|iterations| {
+                let mut elapsed = Duration::ZERO;
+                for _ in 0..iterations {
+                    let batch: Vec<WriteRequest> =
+                        (next..next + batch_size).map(|i| put(key(i))).collect();
+                    next += batch_size;
+                    raft_index += 1;
+                    let started = Instant::now();
+                    store.apply(raft_index, &batch).expect("apply");
+                    elapsed += started.elapsed();
+                }
+                elapsed
+            })
+        });
+    }
+    group.finish();
+}
+
+fn ranges(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open");
+    let mut raft_index = 0;
+    fill(&store, &mut raft_index, (0..KEY_SPACE).map(key));
+    fill(
+        &store,
+        &mut raft_index,
+        (0..1000).map(|i| format!("prefix/{i:04}").into_bytes()),
+    );
+
+    let mut group = c.benchmark_group("mvcc_range");
+    let point = RangeRequest {
+        key: key(4242),
+        ..RangeRequest::default()
+    };
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("point", |b| {
+        b.iter(|| {
+            let response = store.range(&point).expect("range");
+            assert_eq!(response.kvs.len(), 1);
+            response
+        })
+    });
+    let prefix = RangeRequest {
+        key: b"prefix/".to_vec(),
+        range_end: b"prefix0".to_vec(),
+        ..RangeRequest::default()
+    };
+    group.throughput(Throughput::Elements(1000));
+    group.bench_function("prefix_1000", |b| {
+        b.iter(|| {
+            let response = store.range(&prefix).expect("range");
+            assert_eq!(response.kvs.len(), 1000);
+            response
+        })
+    });
+    group.finish();
+}
+
+fn compact(c: &mut Criterion) {
+    let mut group = c.benchmark_group("mvcc_compact");
+    group
+        .sample_size(10)
+        .throughput(Throughput::Elements(100_000));
+    group.bench_function("100k_revisions", |b| {
+        b.iter_custom(|iterations| {
+            let mut elapsed = Duration::ZERO;
+            for _ in 0..iterations {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let store = Store::open(dir.path()).expect("open");
+                let mut raft_index = 0;
+                fill(
+                    &store,
+                    &mut raft_index,
+                    (0..100_000u64).map(|i| format!("{:08}", i % 10_000).into_bytes()),
+                );
+                let revision = store.current_revision();
+                let compaction = [WriteRequest::Compaction(CompactionRequest { revision })];
+                let started = Instant::now();
+                store.apply(raft_index + 1, &compaction).expect("compact");
+                elapsed += started.elapsed();
+                assert_eq!(store.compact_revision(), revision);
+            }
+            elapsed
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, apply_puts, ranges, compact);
+criterion_main!(benches);
