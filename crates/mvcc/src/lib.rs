@@ -30,8 +30,9 @@
 //! 'm' + "consistent_index"  -> raft index of the last applied batch, i64 BE
 //! 'm' + "current_revision"  -> the newest revision, i64 BE
 //! 'm' + "compact_revision"  -> revisions below this are gone, i64 BE
-//! 'l'                        reserved for leases (lease id BE -> TTL), owned
-//!                            by the server's lease issue
+//! 'l' + lease id, i64 BE    -> TTL in seconds, i64 BE (reserved: the
+//!                              server's Lease API will keep leases here; it
+//!                              is not written yet)
 //! ```
 //!
 //! Scanning `'k'` visits revisions in order, which is how the in-memory

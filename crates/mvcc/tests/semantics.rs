@@ -523,3 +523,45 @@ fn tombstone_at_the_compact_revision_is_kept() {
         .unwrap();
     assert_eq!(store.indexed_keys(), 1);
 }
+
+// Goal: HashKV is equal on members with the same history however their
+// raft batches were cut, and differs once histories differ.
+#[test]
+fn hash_kv_equal_for_equal_histories() {
+    let history: Vec<WriteRequest> = (0..50)
+        .map(|i| match i % 7 {
+            3 => delete(&format!("k{}", i % 5), b""),
+            6 => WriteRequest::Compaction(CompactionRequest { revision: i / 2 }),
+            _ => put(&format!("k{}", i % 5), &format!("v{i}")),
+        })
+        .collect();
+    let one_by_one = Harness::new();
+    for (index, request) in history.iter().enumerate() {
+        one_by_one
+            .store
+            .apply(index as u64 + 1, std::slice::from_ref(request))
+            .unwrap();
+    }
+    let batched = Harness::new();
+    for (index, chunk) in history.chunks(8).enumerate() {
+        batched.store.apply(index as u64 + 1, chunk).unwrap();
+    }
+    let revision = one_by_one.store.current_revision();
+    assert_eq!(batched.store.current_revision(), revision);
+    assert_eq!(
+        one_by_one.store.hash_kv(0).unwrap(),
+        batched.store.hash_kv(0).unwrap()
+    );
+    assert_eq!(
+        one_by_one.store.hash_kv(revision - 2).unwrap(),
+        batched.store.hash_kv(revision - 2).unwrap()
+    );
+
+    let diverged = Harness::new();
+    diverged.store.apply(1, &history).unwrap();
+    diverged.store.apply(2, &[put("k0", "other")]).unwrap();
+    assert_ne!(
+        diverged.store.hash_kv(0).unwrap().0,
+        one_by_one.store.hash_kv(0).unwrap().0
+    );
+}
