@@ -1,4 +1,4 @@
-//! Compiles etcd's protos from `proto/` with protox, a pure-Rust protobuf
+//! Compiles etcd's protos and this project's peer protos from `proto/` with protox, a pure-Rust protobuf
 //! compiler, so the build needs nothing but cargo.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "etcdserverpb/rpc.proto",
         "mvccpb/kv.proto",
         "authpb/auth.proto",
+        "kvserverpb/kvserver.proto",
     ];
     let descriptors = protox::compile(files, [proto_root])?;
     tonic_prost_build::configure()

@@ -1,7 +1,19 @@
-//! `kv-server` binary. Not built yet: the server is the subject of the
-//! kv-server issue.
+//! `kv-server`: one member of an etcd-compatible cluster. With no flags it
+//! is a single-member store on 127.0.0.1:2379 (peers on 2380), like etcd.
+
+use clap::Parser;
 
 fn main() {
-    eprintln!("kv-server: not built yet (see the project's open issues)");
-    std::process::exit(2);
+    let config = kv_server::config::Config::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(error) = kv_server::server::run(config) {
+        tracing::error!("{error}");
+        eprintln!("kv-server: {error}");
+        std::process::exit(1);
+    }
 }

@@ -1,5 +1,5 @@
 //! Code generated from `proto/` at build time. Package paths mirror etcd's:
-//! `etcdserverpb`, `mvccpb`, `authpb`.
+//! `etcdserverpb`, `mvccpb`, `authpb`, plus this project's `kvserverpb`.
 
 #![allow(clippy::all, clippy::pedantic, missing_docs)]
 
@@ -13,4 +13,9 @@ pub mod authpb {
 
 pub mod etcdserverpb {
     tonic::include_proto!("etcdserverpb");
+}
+
+/// This project's own member-to-member messages (`proto/kvserverpb`).
+pub mod kvserverpb {
+    tonic::include_proto!("kvserverpb");
 }

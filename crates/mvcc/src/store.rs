@@ -322,6 +322,11 @@ impl Store {
         Ok((hash, state.compact_revision, at))
     }
 
+    /// Bytes the store occupies on disk.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        Ok(self.db.size_on_disk()?)
+    }
+
     /// Makes everything applied so far durable in sled. The server calls it
     /// before it releases WAL segments, since after that the WAL can no
     /// longer replay what the store lost. sled also flushes on its own every

@@ -1,0 +1,155 @@
+//! The apply stage: a thread apart from the raft loop that applies
+//! committed entries to the store in batches, answers the clients waiting
+//! on them, and releases linearizable reads once the member has applied
+//! up to their read index.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+
+use prost::Message as _;
+use raft::prelude::{Entry, EntryType};
+use tokio::sync::oneshot;
+use tonic::Status;
+
+use crate::convert;
+use crate::proto::kvserverpb::{raft_request::Request, MemberAttributes, RaftRequest};
+use crate::state::{ClientUrls, MemberState};
+
+/// Capacity of the queue from the raft loop, in batches of entries. A
+/// batch is one Ready's committed entries; 64 of them let raft run ahead
+/// of the store by a burst, and then the raft loop waits.
+pub const APPLY_QUEUE_CAPACITY: usize = 64;
+
+/// Where published member attributes are kept, inside the data directory.
+pub const ATTRIBUTES_FILE: &str = "member/attributes.json";
+
+pub enum ApplyInput {
+    Entries(Vec<Entry>),
+    Read {
+        index: u64,
+        waiters: Vec<oneshot::Sender<Result<(), Status>>>,
+    },
+}
+
+pub fn run(state: Arc<MemberState>, inputs: Receiver<ApplyInput>) {
+    let mut reads: Vec<(u64, Vec<oneshot::Sender<Result<(), Status>>>)> = Vec::new();
+    state
+        .applied_index
+        .store(state.store.consistent_index(), Ordering::Release);
+    for input in inputs {
+        match input {
+            ApplyInput::Entries(entries) => apply_entries(&state, entries),
+            ApplyInput::Read { index, waiters } => reads.push((index, waiters)),
+        }
+        let applied = state.applied_index.load(Ordering::Acquire);
+        reads.retain_mut(|(index, waiters)| {
+            if *index > applied {
+                return true;
+            }
+            for waiter in waiters.drain(..) {
+                let _ = waiter.send(Ok(()));
+            }
+            false
+        });
+    }
+}
+
+/// A decoded entry: who waits for it, and what the store should do.
+struct Pending {
+    owner: Option<u64>,
+    request: Result<mvcc::WriteRequest, mvcc::Error>,
+}
+
+fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
+    let Some(last_index) = entries.last().map(|e| e.index) else {
+        return;
+    };
+    let already = state.store.consistent_index();
+    let mut pending = Vec::new();
+    for entry in &entries {
+        if entry.index <= already || entry.data.is_empty() {
+            continue;
+        }
+        if entry.get_entry_type() != EntryType::EntryNormal {
+            tracing::warn!(index = entry.index, "ignoring a membership change entry");
+            continue;
+        }
+        let request = RaftRequest::decode(&entry.data[..]).expect("committed entries decode");
+        let owner = (request.member == state.member_id()).then_some(request.sequence);
+        let write = match request.request {
+            Some(Request::Put(put)) => Ok(mvcc::WriteRequest::Put(convert::put_request(put))),
+            Some(Request::DeleteRange(delete)) => Ok(mvcc::WriteRequest::DeleteRange(
+                convert::delete_range_request(delete),
+            )),
+            Some(Request::Txn(txn)) => convert::txn_request(txn).map(mvcc::WriteRequest::Txn),
+            Some(Request::Compaction(compaction)) => {
+                Ok(mvcc::WriteRequest::Compaction(mvcc::CompactionRequest {
+                    revision: compaction.revision,
+                }))
+            }
+            Some(Request::Attributes(attributes)) => {
+                publish(state, attributes);
+                continue;
+            }
+            None => continue,
+        };
+        pending.push(Pending {
+            owner,
+            request: write,
+        });
+    }
+    if last_index <= already {
+        return;
+    }
+    let requests: Vec<mvcc::WriteRequest> = pending
+        .iter()
+        .filter_map(|p| p.request.clone().ok())
+        .collect();
+    let mut applied = match state.store.apply(last_index, &requests) {
+        Ok(applied) => applied.into_iter(),
+        Err(error) => {
+            tracing::error!(%error, "the store failed to apply committed entries; stopping the member");
+            std::process::exit(1);
+        }
+    };
+    for item in pending {
+        let result = match item.request {
+            Ok(_) => Ok(applied.next().expect("one result per request")),
+            Err(error) => Ok(mvcc::Applied {
+                response: Err(error),
+                events: Vec::new(),
+            }),
+        };
+        if let Some(sequence) = item.owner {
+            state.answer(sequence, result);
+        }
+    }
+    state.applied_index.store(last_index, Ordering::Release);
+}
+
+fn attributes_path(state: &MemberState) -> PathBuf {
+    state.config.data_dir().join(ATTRIBUTES_FILE)
+}
+
+fn publish(state: &MemberState, attributes: MemberAttributes) {
+    let mut urls = state.client_urls.lock();
+    if urls.get(&attributes.id) == Some(&attributes.client_urls) {
+        return;
+    }
+    urls.insert(attributes.id, attributes.client_urls);
+    let json = serde_json::to_string(&*urls).expect("urls serialize");
+    let path = attributes_path(state);
+    if let Err(error) = std::fs::write(&path, json) {
+        tracing::warn!(%error, path = %path.display(), "could not keep member attributes");
+    }
+}
+
+/// Client URLs published before the last stop.
+pub fn load_attributes(data_dir: &std::path::Path) -> ClientUrls {
+    std::fs::read_to_string(data_dir.join(ATTRIBUTES_FILE))
+        .ok()
+        .and_then(|json| serde_json::from_str(&json).ok())
+        .unwrap_or_default()
+}

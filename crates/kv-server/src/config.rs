@@ -1,0 +1,166 @@
+//! Command-line flags, named and defaulted as etcd names them, so a script
+//! written for etcd starts a kv-server cluster by changing the binary name.
+//!
+//! Flags take `--flag value` or `--flag=value`, and each can also come from
+//! the environment as etcd's `ETCD_*` variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// etcd's default `--max-request-bytes`: 1.5 MiB.
+pub const MAX_REQUEST_BYTES_DEFAULT: usize = 1_572_864;
+/// gRPC accepts this much more than `--max-request-bytes` on the wire
+/// before refusing a message outright, as etcd does (512 KiB of headroom),
+/// so an oversized request reaches the server's own size check and gets
+/// etcd's error rather than a transport error.
+pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "kv-server",
+    version,
+    about = "An etcd v3 API server on raft-rs"
+)]
+pub struct Config {
+    /// Human-readable name for this member.
+    #[arg(long, env = "ETCD_NAME", default_value = "default")]
+    pub name: String,
+    /// Path to the data directory (default: `<name>.etcd`).
+    #[arg(long, env = "ETCD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// debug, info, warn or error.
+    #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Comma-separated URLs to listen on for client traffic.
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_CLIENT_URLS",
+        default_value = "http://localhost:2379"
+    )]
+    pub listen_client_urls: String,
+    /// Comma-separated client URLs to advertise to the cluster.
+    #[arg(
+        long,
+        env = "ETCD_ADVERTISE_CLIENT_URLS",
+        default_value = "http://localhost:2379"
+    )]
+    pub advertise_client_urls: String,
+    /// Comma-separated URLs to listen on for peer traffic.
+    #[arg(
+        long,
+        env = "ETCD_LISTEN_PEER_URLS",
+        default_value = "http://localhost:2380"
+    )]
+    pub listen_peer_urls: String,
+    /// Comma-separated peer URLs of this member, as the others reach it.
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+        default_value = "http://localhost:2380"
+    )]
+    pub initial_advertise_peer_urls: String,
+    /// `name=peer-url,...` for every member of the initial cluster.
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_CLUSTER",
+        default_value = "default=http://localhost:2380"
+    )]
+    pub initial_cluster: String,
+    /// `new` or `existing`.
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", default_value = "new")]
+    pub initial_cluster_state: String,
+    /// Token that makes the cluster's ids unique.
+    #[arg(
+        long,
+        env = "ETCD_INITIAL_CLUSTER_TOKEN",
+        default_value = "etcd-cluster"
+    )]
+    pub initial_cluster_token: String,
+    /// Applied entries between snapshots.
+    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]
+    pub snapshot_count: u64,
+    /// Largest client request accepted, in bytes.
+    #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = MAX_REQUEST_BYTES_DEFAULT)]
+    pub max_request_bytes: usize,
+    /// Most operations in one txn list.
+    #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = mvcc::validate::MAX_TXN_OPS_DEFAULT)]
+    pub max_txn_ops: usize,
+    /// Heartbeat interval in milliseconds (one raft tick).
+    #[arg(long, env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
+    pub heartbeat_interval: u64,
+    /// Election timeout in milliseconds.
+    #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
+    pub election_timeout: u64,
+}
+
+impl Config {
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.etcd", self.name)))
+    }
+
+    pub fn tick_interval(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_interval.max(1))
+    }
+
+    /// Ticks without hearing from a leader before a follower campaigns.
+    pub fn election_ticks(&self) -> usize {
+        (self.election_timeout / self.heartbeat_interval.max(1)).max(2) as usize
+    }
+}
+
+/// Splits a comma-separated URL list.
+pub fn urls(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The socket address of an `http://host:port` URL. `localhost` binds the
+/// IPv4 loopback, as the default URLs intend.
+pub fn socket_addr(url: &str) -> Result<SocketAddr, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
+    let host_port = rest.trim_end_matches('/');
+    let host_port = match host_port.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => host_port.to_string(),
+    };
+    host_port.parse().map_err(|e| format!("{url}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: etcd's flag names, defaults and both value spellings parse.
+    #[test]
+    fn etcd_flags_parse() {
+        let config = Config::parse_from([
+            "kv-server",
+            "--name",
+            "infra1",
+            "--listen-client-urls=http://127.0.0.1:2379",
+            "--initial-cluster",
+            "infra1=http://127.0.0.1:2380,infra2=http://127.0.0.1:22380",
+            "--snapshot-count=500",
+        ]);
+        assert_eq!(config.name, "infra1");
+        assert_eq!(config.data_dir(), PathBuf::from("infra1.etcd"));
+        assert_eq!(config.snapshot_count, 500);
+        assert_eq!(config.max_request_bytes, MAX_REQUEST_BYTES_DEFAULT);
+        assert_eq!(config.election_ticks(), 10);
+        assert_eq!(
+            socket_addr("http://localhost:2379").unwrap(),
+            "127.0.0.1:2379".parse().unwrap()
+        );
+        assert!(socket_addr("https://127.0.0.1:2379").is_err());
+    }
+}

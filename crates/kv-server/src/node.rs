@@ -1,0 +1,303 @@
+//! The raft loop: one thread owns the RawNode and the WAL, and turns
+//! proposals, read requests, peer messages and ticks into Readies.
+//!
+//! Each Ready is handled top to bottom in one function, `handle_ready`,
+//! and nothing waits between `ready()` and `advance()` except the WAL's
+//! fdatasync. Every input queue is bounded.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use raft::prelude::{Entry, Message};
+use raft::{Config as RaftConfig, RawNode};
+use tokio::sync::oneshot;
+use tonic::Status;
+
+use crate::apply::ApplyInput;
+use crate::errors;
+use crate::raft_storage::RaftStorage;
+use crate::state::MemberState;
+use crate::transport::Transport;
+
+/// Inputs the loop accepts. Senders never block: a full queue answers the
+/// client "too many requests" instead.
+pub enum NodeInput {
+    /// A client write, already registered as a waiter under `sequence`.
+    Propose { sequence: u64, data: Vec<u8> },
+    /// A linearizable read: answered once the member has applied up to a
+    /// read index confirmed by the leader.
+    ReadIndex {
+        reply: oneshot::Sender<Result<(), Status>>,
+    },
+    /// A raft message from a peer.
+    Message(Box<Message>),
+    /// The transport could not reach this peer.
+    Unreachable(u64),
+}
+
+/// Capacity of the loop's input queue. 8192 covers a thousand clients with
+/// several requests each in flight plus peer traffic; past it, clients get
+/// etcd's "too many requests" and retry, instead of queueing without bound.
+pub const NODE_INPUT_CAPACITY: usize = 8192;
+
+/// Inputs taken per turn of the loop before handling a Ready: enough that
+/// one Ready (one fdatasync) carries a whole burst of proposals, few
+/// enough that ticks stay on time.
+pub const INPUTS_PER_READY_MAX: usize = 4096;
+
+/// etcd's `max_size_per_msg`: 1 MiB of entries per append message.
+const MAX_SIZE_PER_MSG: u64 = 1 << 20;
+/// etcd's `max_inflight_msgs`: appends in flight per follower.
+const MAX_INFLIGHT_MSGS: usize = 512;
+
+/// A read batch whose ReadIndex got no answer this long is asked again:
+/// raft drops a ReadIndex when there is no leader, or when the leader has
+/// not yet committed an entry in its term.
+const READ_INDEX_RETRY: Duration = Duration::from_millis(300);
+/// A read batch is abandoned after this long; clients time out on their own.
+const READ_INDEX_EXPIRY: Duration = Duration::from_secs(10);
+
+struct ReadBatch {
+    waiters: Vec<oneshot::Sender<Result<(), Status>>>,
+    issued: Instant,
+    created: Instant,
+}
+
+pub struct Node {
+    raw: RawNode<raft::storage::MemStorage>,
+    storage_wal: RaftStorage,
+    state: Arc<MemberState>,
+    transport: Transport,
+    apply: SyncSender<ApplyInput>,
+    pending_reads: Vec<oneshot::Sender<Result<(), Status>>>,
+    reads_in_flight: HashMap<u64, ReadBatch>,
+    next_read_context: u64,
+}
+
+impl Node {
+    pub fn new(
+        storage: RaftStorage,
+        state: Arc<MemberState>,
+        transport: Transport,
+        apply: SyncSender<ApplyInput>,
+        logger: &slog::Logger,
+    ) -> Result<Node, String> {
+        let config = RaftConfig {
+            id: state.member_id(),
+            election_tick: state.config.election_ticks(),
+            heartbeat_tick: 1,
+            applied: state
+                .store
+                .consistent_index()
+                .min(storage.memory.rl().hard_state().commit),
+            max_size_per_msg: MAX_SIZE_PER_MSG,
+            max_inflight_msgs: MAX_INFLIGHT_MSGS,
+            check_quorum: true,
+            pre_vote: true,
+            ..RaftConfig::default()
+        };
+        config.validate().map_err(|e| e.to_string())?;
+        let raw =
+            RawNode::new(&config, storage.memory.clone(), logger).map_err(|e| e.to_string())?;
+        Ok(Node {
+            raw,
+            storage_wal: storage,
+            state,
+            transport,
+            apply,
+            pending_reads: Vec::new(),
+            reads_in_flight: HashMap::new(),
+            next_read_context: 1,
+        })
+    }
+
+    /// Runs until every input sender is gone.
+    pub fn run(mut self, inputs: Receiver<NodeInput>) {
+        let tick = self.state.config.tick_interval();
+        let mut next_tick = Instant::now() + tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match inputs.recv_timeout(wait) {
+                Ok(input) => {
+                    self.take(input);
+                    for input in inputs.try_iter().take(INPUTS_PER_READY_MAX - 1) {
+                        self.take(input);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            if Instant::now() >= next_tick {
+                self.raw.tick();
+                next_tick += tick;
+                if next_tick < Instant::now() {
+                    next_tick = Instant::now() + tick;
+                }
+                self.retry_reads();
+            }
+            self.issue_reads();
+            self.handle_ready();
+        }
+    }
+
+    fn take(&mut self, input: NodeInput) {
+        match input {
+            NodeInput::Propose { sequence, data } => {
+                if let Err(error) = self.raw.propose(Vec::new(), data) {
+                    tracing::debug!(%error, "proposal dropped");
+                    let status = if self.raw.raft.leader_id == raft::INVALID_ID {
+                        errors::no_leader()
+                    } else {
+                        errors::leader_changed()
+                    };
+                    self.state.answer(sequence, Err(status));
+                }
+            }
+            NodeInput::ReadIndex { reply } => self.pending_reads.push(reply),
+            NodeInput::Message(message) => {
+                if let Err(error) = self.raw.step(*message) {
+                    tracing::debug!(%error, "peer message refused");
+                }
+            }
+            NodeInput::Unreachable(peer) => self.raw.report_unreachable(peer),
+        }
+    }
+
+    /// One ReadIndex for every read that arrived since the last one.
+    fn issue_reads(&mut self) {
+        if self.pending_reads.is_empty() {
+            return;
+        }
+        let context = self.next_read_context;
+        self.next_read_context += 1;
+        let now = Instant::now();
+        self.reads_in_flight.insert(
+            context,
+            ReadBatch {
+                waiters: std::mem::take(&mut self.pending_reads),
+                issued: now,
+                created: now,
+            },
+        );
+        self.raw.read_index(context.to_be_bytes().to_vec());
+    }
+
+    fn retry_reads(&mut self) {
+        let now = Instant::now();
+        self.reads_in_flight.retain(|_, batch| {
+            if now.duration_since(batch.created) > READ_INDEX_EXPIRY {
+                for waiter in batch.waiters.drain(..) {
+                    let _ = waiter.send(Err(errors::timed_out()));
+                }
+                return false;
+            }
+            true
+        });
+        let stale: Vec<u64> = self
+            .reads_in_flight
+            .iter()
+            .filter(|(_, batch)| now.duration_since(batch.issued) > READ_INDEX_RETRY)
+            .map(|(context, _)| *context)
+            .collect();
+        for context in stale {
+            if let Some(batch) = self.reads_in_flight.get_mut(&context) {
+                batch.issued = now;
+            }
+            self.raw.read_index(context.to_be_bytes().to_vec());
+        }
+    }
+
+    /// Handles one Ready in the order raft-rs documents, with etcd's
+    /// leader optimisation (Raft thesis §10.2.1).
+    fn handle_ready(&mut self) {
+        if !self.raw.has_ready() {
+            return;
+        }
+        let mut ready = self.raw.ready();
+
+        // 1. Messages first. On a leader these are appends, and sending
+        //    them before our own fsync lets followers write in parallel
+        //    with us; a leader's entry counts toward commit only once its
+        //    own WAL has it, so this is safe.
+        self.transport.send(ready.take_messages());
+
+        // 2. Snapshots: this member never compacts its log yet, so no
+        //    leader sends one. Receiving one means a peer runs a newer
+        //    version; refuse loudly rather than diverge.
+        assert!(
+            ready.snapshot().is_empty(),
+            "received a raft snapshot; snapshot transfer is not supported by this build"
+        );
+
+        // 3. Committed entries go to the apply stage. They are durable on
+        //    a quorum already, so applying them need not wait for our own
+        //    fsync below.
+        self.send_committed(ready.take_committed_entries());
+
+        // 4. New entries and the hard state: one WAL write and one
+        //    fdatasync for the whole Ready. A failure stops the member.
+        let entries = ready.take_entries();
+        let hard_state = ready.hs().cloned();
+        tracing::debug!(entries = entries.len(), "ready");
+        if let Err(error) = self.storage_wal.persist(&entries, hard_state.as_ref()) {
+            tracing::error!(%error, "WAL write failed; stopping the member");
+            std::process::exit(1);
+        }
+
+        // 5. Read states: each answers one batch of reads once applied.
+        for read_state in ready.take_read_states() {
+            let context = read_state
+                .request_ctx
+                .as_slice()
+                .try_into()
+                .map(u64::from_be_bytes);
+            if let Some(batch) = context.ok().and_then(|c| self.reads_in_flight.remove(&c)) {
+                self.send_apply(ApplyInput::Read {
+                    index: read_state.index,
+                    waiters: batch.waiters,
+                });
+            }
+        }
+
+        // 6. Messages that may only leave after the fsync: a follower's
+        //    append acknowledgements and votes.
+        self.transport.send(ready.take_persisted_messages());
+
+        // 7. Advance, then the light ready: commit index, more messages and
+        //    committed entries.
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.storage_wal.memory.wl().mut_hard_state().commit = commit;
+        }
+        self.transport.send(light.take_messages());
+        self.send_committed(light.take_committed_entries());
+        self.raw.advance_apply();
+
+        self.state.term.store(self.raw.raft.term, Ordering::Release);
+        self.state
+            .leader
+            .store(self.raw.raft.leader_id, Ordering::Release);
+        self.state
+            .committed_index
+            .store(self.raw.raft.raft_log.committed, Ordering::Release);
+    }
+
+    fn send_committed(&mut self, entries: Vec<Entry>) {
+        if !entries.is_empty() {
+            tracing::debug!(entries = entries.len(), "committed");
+            self.send_apply(ApplyInput::Entries(entries));
+        }
+    }
+
+    fn send_apply(&mut self, input: ApplyInput) {
+        // The apply queue is bounded; blocking here slows raft to the
+        // store's pace, which is the backpressure wanted.
+        if self.apply.send(input).is_err() {
+            tracing::error!("the apply stage stopped; stopping the member");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Starts a member: opens the store and the WAL, starts the apply stage
+//! and the raft loop on their own threads, then serves clients and peers
+//! on tokio until SIGINT or SIGTERM.
+
+use std::sync::mpsc::sync_channel;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic_health::ServingStatus;
+
+use crate::apply::{self, APPLY_QUEUE_CAPACITY};
+use crate::cluster_service::ClusterService;
+use crate::config::{self, Config, GRPC_OVERHEAD_BYTES};
+use crate::http;
+use crate::kv_service::KvService;
+use crate::maintenance_service::MaintenanceService;
+use crate::membership::Membership;
+use crate::node::{Node, NODE_INPUT_CAPACITY};
+use crate::proto::etcdserverpb::cluster_server::ClusterServer;
+use crate::proto::etcdserverpb::kv_server::KvServer;
+use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::proto::kvserverpb::{raft_request, MemberAttributes};
+use crate::raft_storage::RaftStorage;
+use crate::slog_bridge;
+use crate::state::MemberState;
+use crate::transport::{self, Transport};
+
+/// Where the store lives inside the data directory.
+pub const STORE_DIR: &str = "member/kv";
+
+/// How often the gRPC health status follows whether a leader is known.
+const HEALTH_POLL: Duration = Duration::from_millis(100);
+/// Pause between attempts to publish this member's client URLs.
+const PUBLISH_RETRY: Duration = Duration::from_millis(500);
+
+pub fn run(config: Config) -> Result<(), String> {
+    let membership = Membership::from_config(&config)?;
+    if config.initial_cluster_state != "new" && config.initial_cluster_state != "existing" {
+        return Err(format!(
+            "--initial-cluster-state must be new or existing, not {:?}",
+            config.initial_cluster_state
+        ));
+    }
+    let data_dir = config.data_dir();
+    std::fs::create_dir_all(data_dir.join("member"))
+        .map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    let store = mvcc::Store::open_with(&data_dir.join(STORE_DIR), config.max_txn_ops)
+        .map_err(|e| e.to_string())?;
+    let storage = RaftStorage::open(
+        &data_dir,
+        membership.cluster_id,
+        membership.local_id,
+        membership.voter_ids(),
+    )?;
+    let client_urls = apply::load_attributes(&data_dir);
+    let state = Arc::new(MemberState::new(
+        config.clone(),
+        membership.clone(),
+        Arc::new(store),
+        client_urls,
+    ));
+    tracing::info!(
+        name = config.name,
+        member_id = format!("{:x}", membership.local_id),
+        cluster_id = format!("{:x}", membership.cluster_id),
+        data_dir = %data_dir.display(),
+        "starting member"
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("kv-server")
+        .build()
+        .map_err(|e| e.to_string())?;
+    let (node_sender, node_inputs) = sync_channel(NODE_INPUT_CAPACITY);
+    let (apply_sender, apply_inputs) = sync_channel(APPLY_QUEUE_CAPACITY);
+    let transport = Transport::start(&membership, node_sender.clone(), runtime.handle());
+    let node = Node::new(
+        storage,
+        state.clone(),
+        transport,
+        apply_sender,
+        &slog_bridge::logger(),
+    )?;
+    let apply_state = state.clone();
+    std::thread::Builder::new()
+        .name("apply".into())
+        .spawn(move || apply::run(apply_state, apply_inputs))
+        .map_err(|e| e.to_string())?;
+    std::thread::Builder::new()
+        .name("raft".into())
+        .spawn(move || node.run(node_inputs))
+        .map_err(|e| e.to_string())?;
+
+    runtime.block_on(serve(config, state, node_sender))
+}
+
+async fn serve(
+    config: Config,
+    state: Arc<MemberState>,
+    node: std::sync::mpsc::SyncSender<NodeInputAlias>,
+) -> Result<(), String> {
+    for url in config::urls(&config.listen_peer_urls) {
+        let address = config::socket_addr(&url)?;
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|e| format!("listen on {url}: {e}"))?;
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let peers = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(transport::server(node.clone()));
+        tokio::spawn(async move {
+            if let Err(error) = peers.serve_with_incoming(incoming).await {
+                tracing::error!(%error, "peer server stopped");
+            }
+        });
+        tracing::info!(url, "serving peers");
+    }
+
+    let kv = KvService {
+        state: state.clone(),
+        node: node.clone(),
+    };
+    let max_decoding = config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+    let router = tonic::service::Routes::new(
+        KvServer::new(kv.clone()).max_decoding_message_size(max_decoding),
+    )
+    .add_service(
+        ClusterServer::new(ClusterService {
+            state: state.clone(),
+        })
+        .max_decoding_message_size(max_decoding),
+    )
+    .add_service(
+        MaintenanceServer::new(MaintenanceService {
+            state: state.clone(),
+        })
+        .max_decoding_message_size(max_decoding),
+    )
+    .add_service(health_service)
+    .into_axum_router()
+    .merge(http::routes(state.clone()));
+    for url in config::urls(&config.listen_client_urls) {
+        let address = config::socket_addr(&url)?;
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|e| format!("listen on {url}: {e}"))?;
+        let router = router.clone();
+        tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, router).await {
+                tracing::error!(%error, "client server stopped");
+            }
+        });
+        tracing::info!(url, "serving clients");
+    }
+
+    let health_state = state.clone();
+    tokio::spawn(async move {
+        let mut serving = false;
+        loop {
+            let now = health_state.leader() != 0;
+            if now != serving {
+                let status = if now {
+                    ServingStatus::Serving
+                } else {
+                    ServingStatus::NotServing
+                };
+                health.set_service_status("", status).await;
+                serving = now;
+            }
+            tokio::time::sleep(HEALTH_POLL).await;
+        }
+    });
+
+    let attributes = MemberAttributes {
+        id: state.member_id(),
+        name: config.name.clone(),
+        client_urls: config::urls(&config.advertise_client_urls),
+    };
+    tokio::spawn(async move {
+        loop {
+            match kv
+                .propose(raft_request::Request::Attributes(attributes.clone()))
+                .await
+            {
+                Err(status) => {
+                    tracing::debug!(%status, "publishing client URLs; will retry");
+                    tokio::time::sleep(PUBLISH_RETRY).await;
+                }
+                Ok(_) => {
+                    tracing::info!("published client URLs");
+                    return;
+                }
+            }
+        }
+    });
+
+    shutdown_signal().await;
+    tracing::info!("stopping");
+    Ok(())
+}
+
+type NodeInputAlias = crate::node::NodeInput;
+
+async fn shutdown_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

@@ -1,0 +1,98 @@
+//! What every part of a member shares: its identity, the store, raft's
+//! latest term, leader and indexes, and the clients waiting on entries.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+use tonic::Status;
+
+use crate::config::Config;
+use crate::convert::HeaderFields;
+use crate::membership::Membership;
+
+/// How a proposal ends: applied (with the store's answer), or failed.
+pub type ProposalResult = Result<mvcc::Applied, Status>;
+
+/// A member's client URLs as it published them through raft.
+pub type ClientUrls = HashMap<u64, Vec<String>>;
+
+pub struct MemberState {
+    pub config: Config,
+    pub membership: Membership,
+    pub store: Arc<mvcc::Store>,
+    pub term: AtomicU64,
+    /// 0 while no leader is known.
+    pub leader: AtomicU64,
+    pub committed_index: AtomicU64,
+    pub applied_index: AtomicU64,
+    /// Clients waiting for their proposal to apply, by sequence number.
+    pub waiters: Mutex<HashMap<u64, oneshot::Sender<ProposalResult>>>,
+    next_sequence: AtomicU64,
+    /// Every member's published client URLs.
+    pub client_urls: Mutex<ClientUrls>,
+}
+
+impl MemberState {
+    pub fn new(
+        config: Config,
+        membership: Membership,
+        store: Arc<mvcc::Store>,
+        client_urls: ClientUrls,
+    ) -> MemberState {
+        // Sequences start from the clock so that an entry proposed before a
+        // restart never finds a waiter registered after it.
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        MemberState {
+            config,
+            membership,
+            store,
+            term: AtomicU64::new(0),
+            leader: AtomicU64::new(0),
+            committed_index: AtomicU64::new(0),
+            applied_index: AtomicU64::new(0),
+            waiters: Mutex::new(HashMap::new()),
+            next_sequence: AtomicU64::new(start),
+            client_urls: Mutex::new(client_urls),
+        }
+    }
+
+    pub fn member_id(&self) -> u64 {
+        self.membership.local_id
+    }
+
+    pub fn leader(&self) -> u64 {
+        self.leader.load(Ordering::Acquire)
+    }
+
+    pub fn header_fields(&self) -> HeaderFields {
+        HeaderFields {
+            cluster_id: self.membership.cluster_id,
+            member_id: self.membership.local_id,
+            raft_term: self.term.load(Ordering::Acquire),
+        }
+    }
+
+    /// Registers a waiter and returns its sequence number.
+    pub fn register(&self) -> (u64, oneshot::Receiver<ProposalResult>) {
+        let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = oneshot::channel();
+        self.waiters.lock().insert(sequence, sender);
+        (sequence, receiver)
+    }
+
+    /// Answers the waiter for `sequence`, if it still waits.
+    pub fn answer(&self, sequence: u64, result: ProposalResult) {
+        if let Some(waiter) = self.waiters.lock().remove(&sequence) {
+            let _ = waiter.send(result);
+        }
+    }
+
+    pub fn forget(&self, sequence: u64) {
+        self.waiters.lock().remove(&sequence);
+    }
+}

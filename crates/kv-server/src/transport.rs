@@ -1,0 +1,174 @@
+//! The peer transport: raft messages travel as opaque bytes over one gRPC
+//! client stream per peer, batched.
+//!
+//! Sending never blocks the raft loop: each peer has a bounded queue, and
+//! a message that does not fit is dropped (raft resends what matters, as
+//! it must on any lossy network) and the peer is reported unreachable.
+//! A broken stream reconnects after a pause.
+
+use std::collections::HashMap;
+use std::sync::mpsc::SyncSender;
+use std::time::Duration;
+
+use protobuf::Message as _;
+use raft::prelude::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::membership::Membership;
+use crate::node::NodeInput;
+use crate::proto::kvserverpb::peer_client::PeerClient;
+use crate::proto::kvserverpb::peer_server::{Peer, PeerServer};
+use crate::proto::kvserverpb::{PeerAck, RaftBatch};
+
+/// Messages queued per peer. A leader sends a few messages per peer per
+/// Ready (appends, heartbeats); 4096 rides out a reconnect of about a
+/// second at full load without dropping.
+pub const PEER_QUEUE_CAPACITY: usize = 4096;
+
+/// Bytes of messages gathered into one batch on the wire. Large enough to
+/// carry a Ready's appends in one frame, small enough to keep one frame's
+/// memory modest.
+pub const PEER_BATCH_BYTES_MAX: usize = 4 << 20;
+
+/// Largest batch a member accepts from a peer: a full batch plus one more
+/// message, which raft caps near 1 MiB of entries but which may hold one
+/// entry up to `--max-request-bytes`; 64 MiB covers any setting of it
+/// etcd's docs recommend (up to 10 MiB) with room to spare.
+pub const PEER_MESSAGE_BYTES_MAX: usize = 64 << 20;
+
+/// Pause before reconnecting to a peer that could not be reached.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+
+pub struct Transport {
+    peers: HashMap<u64, mpsc::Sender<Vec<u8>>>,
+    node: SyncSender<NodeInput>,
+}
+
+impl Transport {
+    /// Starts one sender task per peer on `runtime`.
+    pub fn start(
+        membership: &Membership,
+        node: SyncSender<NodeInput>,
+        runtime: &tokio::runtime::Handle,
+    ) -> Transport {
+        let mut peers = HashMap::new();
+        for peer in membership.peers() {
+            let (sender, receiver) = mpsc::channel(PEER_QUEUE_CAPACITY);
+            peers.insert(peer.id, sender);
+            let url = peer.peer_urls[0].clone();
+            runtime.spawn(send_loop(
+                membership.local_id,
+                peer.id,
+                url,
+                receiver,
+                node.clone(),
+            ));
+        }
+        Transport { peers, node }
+    }
+
+    pub fn send(&self, messages: Vec<Message>) {
+        for message in messages {
+            let Some(queue) = self.peers.get(&message.to) else {
+                tracing::debug!(to = message.to, "message for an unknown member dropped");
+                continue;
+            };
+            let bytes = message.write_to_bytes().expect("raft messages encode");
+            if queue.try_send(bytes).is_err() {
+                let _ = self.node.try_send(NodeInput::Unreachable(message.to));
+            }
+        }
+    }
+}
+
+async fn send_loop(
+    local: u64,
+    peer: u64,
+    url: String,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    node: SyncSender<NodeInput>,
+) {
+    loop {
+        let endpoint = match tonic::transport::Endpoint::from_shared(url.clone()) {
+            Ok(endpoint) => endpoint
+                .tcp_nodelay(true)
+                .connect_timeout(Duration::from_secs(1)),
+            Err(error) => {
+                tracing::error!(%error, url, "bad peer URL; not sending to this peer");
+                return;
+            }
+        };
+        match endpoint.connect().await {
+            Ok(channel) => {
+                let mut client =
+                    PeerClient::new(channel).max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+                let (batches, stream) = mpsc::channel::<RaftBatch>(1);
+                let call = client.stream(ReceiverStream::new(stream));
+                let pump = async {
+                    while let Some(first) = queue.recv().await {
+                        let mut bytes = first.len();
+                        let mut messages = vec![first];
+                        while bytes < PEER_BATCH_BYTES_MAX {
+                            match queue.try_recv() {
+                                Ok(message) => {
+                                    bytes += message.len();
+                                    messages.push(message);
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                        if batches
+                            .send(RaftBatch {
+                                from: local,
+                                messages,
+                            })
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                };
+                tokio::select! {
+                    result = call => tracing::debug!(peer, ?result, "peer stream ended"),
+                    () = pump => return,
+                }
+            }
+            Err(error) => tracing::debug!(peer, %error, "peer unreachable"),
+        }
+        let _ = node.try_send(NodeInput::Unreachable(peer));
+        // Drop what queued up while the peer was away; raft resends.
+        while queue.try_recv().is_ok() {}
+        tokio::time::sleep(RECONNECT_PAUSE).await;
+    }
+}
+
+/// Receives peers' streams and hands their messages to the raft loop.
+pub struct PeerService {
+    pub node: SyncSender<NodeInput>,
+}
+
+#[tonic::async_trait]
+impl Peer for PeerService {
+    async fn stream(
+        &self,
+        request: Request<Streaming<RaftBatch>>,
+    ) -> Result<Response<PeerAck>, Status> {
+        let mut stream = request.into_inner();
+        while let Some(batch) = stream.message().await? {
+            for bytes in batch.messages {
+                let message = Message::parse_from_bytes(&bytes)
+                    .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
+                // A full queue drops the message, as a lossy network would.
+                let _ = self.node.try_send(NodeInput::Message(Box::new(message)));
+            }
+        }
+        Ok(Response::new(PeerAck {}))
+    }
+}
+
+pub fn server(node: SyncSender<NodeInput>) -> PeerServer<PeerService> {
+    PeerServer::new(PeerService { node }).max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+}
