@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Starts or stops a 3-member cluster on loopback with etcd's flags, for
+# either this project's kv-server or a real etcd binary (same flags):
+#   scripts/local-cluster.sh start BINARY DIR [extra member flags...]
+#   scripts/local-cluster.sh stop DIR
+# Members: infra1 (clients 2379, peers 2380), infra2 (22379, 22380),
+# infra3 (32379, 32380). Data and logs go under DIR; pids in DIR/pids.
+# `start` waits (at most 20 s) until every member reports healthy.
+set -euo pipefail
+command=${1:?usage: local-cluster.sh start BINARY DIR | stop DIR}
+case "$command" in
+start)
+    binary=${2:?binary}; dir=${3:?dir}; shift 3
+    mkdir -p "$dir"
+    cluster="infra1=http://127.0.0.1:2380,infra2=http://127.0.0.1:22380,infra3=http://127.0.0.1:32380"
+    : > "$dir/pids"
+    for i in 1 2 3; do
+        prefix=$([ "$i" = 1 ] && echo "" || echo "$i")
+        client="http://127.0.0.1:${prefix}2379"; peer="http://127.0.0.1:${prefix}2380"
+        "$binary" --name "infra$i" --data-dir "$dir/infra$i" \
+            --listen-client-urls "$client" --advertise-client-urls "$client" \
+            --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
+            --initial-cluster "$cluster" --initial-cluster-token local-cluster \
+            --initial-cluster-state new "$@" > "$dir/infra$i.log" 2>&1 &
+        echo $! >> "$dir/pids"
+    done
+    for _ in $(seq 1 200); do
+        healthy=0
+        for port in 2379 22379 32379; do
+            curl -fs "http://127.0.0.1:$port/health" 2>/dev/null | grep -q '"health":"true"' && healthy=$((healthy + 1))
+        done
+        [ "$healthy" = 3 ] && exit 0
+        sleep 0.1
+    done
+    echo "local-cluster: members did not become healthy; see $dir/*.log" >&2
+    exit 1
+    ;;
+stop)
+    dir=${2:?dir}
+    [ -f "$dir/pids" ] || exit 0
+    while read -r pid; do kill "$pid" 2>/dev/null || true; done < "$dir/pids"
+    for _ in $(seq 1 50); do
+        alive=0
+        while read -r pid; do kill -0 "$pid" 2>/dev/null && alive=1; done < "$dir/pids"
+        [ "$alive" = 0 ] && break
+        sleep 0.1
+    done
+    while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done < "$dir/pids"
+    rm -f "$dir/pids"
+    ;;
+*) echo "usage: local-cluster.sh start BINARY DIR | stop DIR" >&2; exit 2 ;;
+esac
