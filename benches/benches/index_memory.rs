@@ -32,10 +32,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE_BYTES.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
+        LIVE_BYTES.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -110,9 +107,7 @@ fn main() {
     // hidden by memory an earlier case freed. `cargo bench` passes
     // `--bench`; nothing here is timed, so arguments are ignored.
     let Ok(case) = std::env::var(CASE_VARIABLE) else {
-        println!(
-            "index memory at {KEYS} keys (etcd's documented figure: 120 B/key + 30 B/version)"
-        );
+        println!("index memory at {KEYS} keys (etcd's documented figure: 120 B/key + 30 B/version)");
         for case in 0..4 {
             let output = std::process::Command::new(std::env::current_exe().expect("current exe"))
                 .env(CASE_VARIABLE, case.to_string())
@@ -128,8 +123,7 @@ fn main() {
         return;
     };
     let short = |i: u64| format!("{i:08}").into_bytes();
-    let long =
-        |i: u64| format!("/registry/pods/namespace-{:04}/pod-{i:016}", i % 1000).into_bytes();
+    let long = |i: u64| format!("/registry/pods/namespace-{:04}/pod-{i:016}", i % 1000).into_bytes();
     let ascending = || (0..KEYS).collect::<Vec<u64>>();
     let random = || {
         let order: Vec<u64> = shuffled().collect();

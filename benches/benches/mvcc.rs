@@ -50,9 +50,7 @@ fn fill(store: &Store, raft_index: &mut u64, keys: impl Iterator<Item = Vec<u8>>
 
 fn apply_puts(c: &mut Criterion) {
     let mut group = c.benchmark_group("mvcc_apply_puts");
-    group
-        .sample_size(20)
-        .measurement_time(Duration::from_secs(4));
+    group.sample_size(20).measurement_time(Duration::from_secs(4));
     for batch_size in [1u64, 100, 1000] {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
@@ -63,8 +61,7 @@ fn apply_puts(c: &mut Criterion) {
             b.iter_custom(|iterations| {
                 let mut elapsed = Duration::ZERO;
                 for _ in 0..iterations {
-                    let batch: Vec<WriteRequest> =
-                        (next..next + batch_size).map(|i| put(key(i))).collect();
+                    let batch: Vec<WriteRequest> = (next..next + batch_size).map(|i| put(key(i))).collect();
                     next += batch_size;
                     raft_index += 1;
                     let started = Instant::now();
@@ -120,9 +117,7 @@ fn ranges(c: &mut Criterion) {
 
 fn compact(c: &mut Criterion) {
     let mut group = c.benchmark_group("mvcc_compact");
-    group
-        .sample_size(10)
-        .throughput(Throughput::Elements(100_000));
+    group.sample_size(10).throughput(Throughput::Elements(100_000));
     group.bench_function("100k_revisions", |b| {
         b.iter_custom(|iterations| {
             let mut elapsed = Duration::ZERO;

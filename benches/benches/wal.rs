@@ -53,9 +53,7 @@ fn append_sync(c: &mut Criterion) {
         ("wal_append_sync_bytes", Some(FRAME_BYTES)),
     ] {
         let mut group = c.benchmark_group(group_name);
-        group
-            .sample_size(20)
-            .measurement_time(Duration::from_secs(4));
+        group.sample_size(20).measurement_time(Duration::from_secs(4));
         for records in BATCH_SIZES {
             group.throughput(match per_record {
                 None => Throughput::Elements(records as u64),
@@ -64,11 +62,9 @@ fn append_sync(c: &mut Criterion) {
             let dir = tempfile::tempdir().expect("tempdir");
             let mut log = Wal::create(dir.path(), Options::default(), b"bench").expect("create");
             let entries = batch(records);
-            group.bench_with_input(
-                BenchmarkId::from_parameter(records),
-                &entries,
-                |b, entries| b.iter_custom(|iterations| time_saves(&mut log, entries, iterations)),
-            );
+            group.bench_with_input(BenchmarkId::from_parameter(records), &entries, |b, entries| {
+                b.iter_custom(|iterations| time_saves(&mut log, entries, iterations))
+            });
             let latency = log.sync_latency_us();
             eprintln!(
                 "{group_name}/{records}: fdatasync p50 {} us, p99 {} us over {} syncs",
@@ -113,23 +109,17 @@ fn replay(c: &mut Criterion) {
     drop(log);
 
     let mut group = c.benchmark_group("wal_replay");
-    group
-        .sample_size(10)
-        .throughput(Throughput::Bytes(data_bytes));
+    group.sample_size(10).throughput(Throughput::Bytes(data_bytes));
     group.bench_function("full_64MiB_segment", |b| {
         b.iter(|| {
-            let (log, replay) =
-                Wal::open(dir.path(), options.clone(), SnapshotPosition::default()).expect("open");
+            let (log, replay) = Wal::open(dir.path(), options.clone(), SnapshotPosition::default()).expect("open");
             assert_eq!(replay.entries.len() as u64, next - 1);
             drop(log);
             replay
         })
     });
     group.finish();
-    eprintln!(
-        "wal_replay: {} entries, {data_bytes} bytes of data",
-        next - 1
-    );
+    eprintln!("wal_replay: {} entries, {data_bytes} bytes of data", next - 1);
 }
 
 criterion_group!(benches, append_sync, replay);

@@ -10,12 +10,10 @@ use std::sync::Arc;
 
 use prost::Message as _;
 use raft::prelude::{Entry, EntryType};
-use tokio::sync::oneshot;
-use tonic::Status;
 
 use crate::convert;
 use crate::proto::kvserverpb::{raft_request::Request, MemberAttributes, RaftRequest};
-use crate::state::{ClientUrls, MemberState};
+use crate::state::{ClientUrls, MemberState, ReadWaiter};
 
 /// Capacity of the queue from the raft loop, in batches of entries. A
 /// batch is one Ready's committed entries; 64 of them let raft run ahead
@@ -29,12 +27,12 @@ pub enum ApplyInput {
     Entries(Vec<Entry>),
     Read {
         index: u64,
-        waiters: Vec<oneshot::Sender<Result<(), Status>>>,
+        waiters: Vec<ReadWaiter>,
     },
 }
 
 pub fn run(state: Arc<MemberState>, inputs: Receiver<ApplyInput>) {
-    let mut reads: Vec<(u64, Vec<oneshot::Sender<Result<(), Status>>>)> = Vec::new();
+    let mut reads: Vec<(u64, Vec<ReadWaiter>)> = Vec::new();
     state
         .applied_index
         .store(state.store.consistent_index(), Ordering::Release);
@@ -80,33 +78,25 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
         let owner = (request.member == state.member_id()).then_some(request.sequence);
         let write = match request.request {
             Some(Request::Put(put)) => Ok(mvcc::WriteRequest::Put(convert::put_request(put))),
-            Some(Request::DeleteRange(delete)) => Ok(mvcc::WriteRequest::DeleteRange(
-                convert::delete_range_request(delete),
-            )),
-            Some(Request::Txn(txn)) => convert::txn_request(txn).map(mvcc::WriteRequest::Txn),
-            Some(Request::Compaction(compaction)) => {
-                Ok(mvcc::WriteRequest::Compaction(mvcc::CompactionRequest {
-                    revision: compaction.revision,
-                }))
+            Some(Request::DeleteRange(delete)) => {
+                Ok(mvcc::WriteRequest::DeleteRange(convert::delete_range_request(delete)))
             }
+            Some(Request::Txn(txn)) => convert::txn_request(txn).map(mvcc::WriteRequest::Txn),
+            Some(Request::Compaction(compaction)) => Ok(mvcc::WriteRequest::Compaction(mvcc::CompactionRequest {
+                revision: compaction.revision,
+            })),
             Some(Request::Attributes(attributes)) => {
                 publish(state, attributes);
                 continue;
             }
             None => continue,
         };
-        pending.push(Pending {
-            owner,
-            request: write,
-        });
+        pending.push(Pending { owner, request: write });
     }
     if last_index <= already {
         return;
     }
-    let requests: Vec<mvcc::WriteRequest> = pending
-        .iter()
-        .filter_map(|p| p.request.clone().ok())
-        .collect();
+    let requests: Vec<mvcc::WriteRequest> = pending.iter().filter_map(|p| p.request.clone().ok()).collect();
     let mut applied = match state.store.apply(last_index, &requests) {
         Ok(applied) => applied.into_iter(),
         Err(error) => {

@@ -20,10 +20,7 @@ fn unimplemented(what: &str) -> Status {
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
-    async fn member_add(
-        &self,
-        _: Request<pb::MemberAddRequest>,
-    ) -> Result<Response<pb::MemberAddResponse>, Status> {
+    async fn member_add(&self, _: Request<pb::MemberAddRequest>) -> Result<Response<pb::MemberAddResponse>, Status> {
         Err(unimplemented("MemberAdd"))
     }
 
@@ -41,16 +38,14 @@ impl Cluster for ClusterService {
         Err(unimplemented("MemberUpdate"))
     }
 
-    async fn member_list(
-        &self,
-        _: Request<pb::MemberListRequest>,
-    ) -> Result<Response<pb::MemberListResponse>, Status> {
+    async fn member_list(&self, _: Request<pb::MemberListRequest>) -> Result<Response<pb::MemberListResponse>, Status> {
         let urls = self.state.client_urls.lock().clone();
-        let members = self
-            .state
-            .membership
-            .members
-            .iter()
+        // etcd lists members by id, and its MemberList header carries no
+        // revision.
+        let mut sorted: Vec<_> = self.state.membership.members.iter().collect();
+        sorted.sort_by_key(|m| m.id);
+        let members = sorted
+            .into_iter()
             .map(|member| pb::Member {
                 id: member.id,
                 name: member.name.clone(),
@@ -60,10 +55,7 @@ impl Cluster for ClusterService {
             })
             .collect();
         Ok(Response::new(pb::MemberListResponse {
-            header: self
-                .state
-                .header_fields()
-                .header(self.state.store.current_revision()),
+            header: self.state.header_fields().header(0),
             members,
         }))
     }

@@ -19,11 +19,7 @@ pub const MAX_REQUEST_BYTES_DEFAULT: usize = 1_572_864;
 pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
 #[derive(Debug, Clone, Parser)]
-#[command(
-    name = "kv-server",
-    version,
-    about = "An etcd v3 API server on raft-rs"
-)]
+#[command(name = "kv-server", version, about = "An etcd v3 API server on raft-rs")]
 pub struct Config {
     /// Human-readable name for this member.
     #[arg(long, env = "ETCD_NAME", default_value = "default")]
@@ -35,25 +31,13 @@ pub struct Config {
     #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
     /// Comma-separated URLs to listen on for client traffic.
-    #[arg(
-        long,
-        env = "ETCD_LISTEN_CLIENT_URLS",
-        default_value = "http://localhost:2379"
-    )]
+    #[arg(long, env = "ETCD_LISTEN_CLIENT_URLS", default_value = "http://localhost:2379")]
     pub listen_client_urls: String,
     /// Comma-separated client URLs to advertise to the cluster.
-    #[arg(
-        long,
-        env = "ETCD_ADVERTISE_CLIENT_URLS",
-        default_value = "http://localhost:2379"
-    )]
+    #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", default_value = "http://localhost:2379")]
     pub advertise_client_urls: String,
     /// Comma-separated URLs to listen on for peer traffic.
-    #[arg(
-        long,
-        env = "ETCD_LISTEN_PEER_URLS",
-        default_value = "http://localhost:2380"
-    )]
+    #[arg(long, env = "ETCD_LISTEN_PEER_URLS", default_value = "http://localhost:2380")]
     pub listen_peer_urls: String,
     /// Comma-separated peer URLs of this member, as the others reach it.
     #[arg(
@@ -63,21 +47,13 @@ pub struct Config {
     )]
     pub initial_advertise_peer_urls: String,
     /// `name=peer-url,...` for every member of the initial cluster.
-    #[arg(
-        long,
-        env = "ETCD_INITIAL_CLUSTER",
-        default_value = "default=http://localhost:2380"
-    )]
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER", default_value = "default=http://localhost:2380")]
     pub initial_cluster: String,
     /// `new` or `existing`.
     #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", default_value = "new")]
     pub initial_cluster_state: String,
     /// Token that makes the cluster's ids unique.
-    #[arg(
-        long,
-        env = "ETCD_INITIAL_CLUSTER_TOKEN",
-        default_value = "etcd-cluster"
-    )]
+    #[arg(long, env = "ETCD_INITIAL_CLUSTER_TOKEN", default_value = "etcd-cluster")]
     pub initial_cluster_token: String,
     /// Applied entries between snapshots.
     #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]

@@ -122,9 +122,7 @@ fn request_op(op: pb::RequestOp) -> Result<mvcc::RequestOp, mvcc::Error> {
     Ok(match op.request.ok_or(mvcc::Error::KeyNotFound)? {
         Request::RequestRange(range) => mvcc::RequestOp::Range(range_request(range)),
         Request::RequestPut(put) => mvcc::RequestOp::Put(put_request(put)),
-        Request::RequestDeleteRange(delete) => {
-            mvcc::RequestOp::DeleteRange(delete_range_request(delete))
-        }
+        Request::RequestDeleteRange(delete) => mvcc::RequestOp::DeleteRange(delete_range_request(delete)),
         Request::RequestTxn(txn) => mvcc::RequestOp::Txn(txn_request(txn)?),
     })
 }
@@ -132,16 +130,8 @@ fn request_op(op: pb::RequestOp) -> Result<mvcc::RequestOp, mvcc::Error> {
 pub fn txn_request(request: pb::TxnRequest) -> Result<mvcc::TxnRequest, mvcc::Error> {
     Ok(mvcc::TxnRequest {
         compare: request.compare.into_iter().map(compare).collect(),
-        success: request
-            .success
-            .into_iter()
-            .map(request_op)
-            .collect::<Result<_, _>>()?,
-        failure: request
-            .failure
-            .into_iter()
-            .map(request_op)
-            .collect::<Result<_, _>>()?,
+        success: request.success.into_iter().map(request_op).collect::<Result<_, _>>()?,
+        failure: request.failure.into_iter().map(request_op).collect::<Result<_, _>>()?,
     })
 }
 
@@ -164,10 +154,7 @@ impl HeaderFields {
     }
 }
 
-pub fn range_response(
-    response: mvcc::RangeResponse,
-    header: Option<pb::ResponseHeader>,
-) -> pb::RangeResponse {
+pub fn range_response(response: mvcc::RangeResponse, header: Option<pb::ResponseHeader>) -> pb::RangeResponse {
     pb::RangeResponse {
         header,
         kvs: response.kvs.into_iter().map(key_value).collect(),
@@ -176,10 +163,7 @@ pub fn range_response(
     }
 }
 
-pub fn put_response(
-    response: mvcc::PutResponse,
-    header: Option<pb::ResponseHeader>,
-) -> pb::PutResponse {
+pub fn put_response(response: mvcc::PutResponse, header: Option<pb::ResponseHeader>) -> pb::PutResponse {
     pb::PutResponse {
         header,
         prev_kv: response.prev_kv.map(key_value),
@@ -206,10 +190,7 @@ fn nested_header(revision: i64) -> Option<pb::ResponseHeader> {
     })
 }
 
-pub fn txn_response(
-    response: mvcc::TxnResponse,
-    header: Option<pb::ResponseHeader>,
-) -> pb::TxnResponse {
+pub fn txn_response(response: mvcc::TxnResponse, header: Option<pb::ResponseHeader>) -> pb::TxnResponse {
     use pb::response_op::Response;
     let responses = response
         .responses
@@ -219,15 +200,11 @@ pub fn txn_response(
                 mvcc::ResponseOp::Range(r) => {
                     Response::ResponseRange(range_response(r.clone(), nested_header(r.revision)))
                 }
-                mvcc::ResponseOp::Put(r) => {
-                    Response::ResponsePut(put_response(r.clone(), nested_header(r.revision)))
+                mvcc::ResponseOp::Put(r) => Response::ResponsePut(put_response(r.clone(), nested_header(r.revision))),
+                mvcc::ResponseOp::DeleteRange(r) => {
+                    Response::ResponseDeleteRange(delete_range_response(r.clone(), nested_header(r.revision)))
                 }
-                mvcc::ResponseOp::DeleteRange(r) => Response::ResponseDeleteRange(
-                    delete_range_response(r.clone(), nested_header(r.revision)),
-                ),
-                mvcc::ResponseOp::Txn(r) => {
-                    Response::ResponseTxn(txn_response(r, nested_header(0)))
-                }
+                mvcc::ResponseOp::Txn(r) => Response::ResponseTxn(txn_response(r, nested_header(0))),
             }),
         })
         .collect();

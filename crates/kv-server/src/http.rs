@@ -19,10 +19,7 @@ pub fn routes(state: Arc<MemberState>) -> Router {
                 let healthy = state.leader() != 0;
                 async move {
                     if healthy {
-                        (
-                            StatusCode::OK,
-                            Json(json!({"health": "true", "reason": ""})),
-                        )
+                        (StatusCode::OK, Json(json!({"health": "true", "reason": ""})))
                     } else {
                         (
                             StatusCode::SERVICE_UNAVAILABLE,
@@ -34,8 +31,6 @@ pub fn routes(state: Arc<MemberState>) -> Router {
         )
         .route(
             "/version",
-            get(|| async {
-                Json(json!({"etcdserver": ETCD_API_VERSION, "etcdcluster": ETCD_CLUSTER_VERSION}))
-            }),
+            get(|| async { Json(json!({"etcdserver": ETCD_API_VERSION, "etcdcluster": ETCD_CLUSTER_VERSION})) }),
         )
 }

@@ -39,12 +39,29 @@ fn queue_error<T>(error: TrySendError<T>) -> Status {
     }
 }
 
+/// This server grants no leases yet, so every lease id names a lease that
+/// does not exist: etcd's answer for an unknown lease.
+fn check_no_lease(lease: i64) -> Result<(), Status> {
+    if lease != 0 {
+        return Err(convert::status(&mvcc::Error::LeaseNotFound));
+    }
+    Ok(())
+}
+
+fn check_txn_leases(txn: &mvcc::TxnRequest) -> Result<(), Status> {
+    for op in txn.success.iter().chain(&txn.failure) {
+        match op {
+            mvcc::RequestOp::Put(put) => check_no_lease(put.lease)?,
+            mvcc::RequestOp::Txn(nested) => check_txn_leases(nested)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 impl KvService {
     /// Proposes a write and waits until it is applied here.
-    pub async fn propose(
-        &self,
-        request: raft_request::Request,
-    ) -> Result<mvcc::WriteResponse, Status> {
+    pub async fn propose(&self, request: raft_request::Request) -> Result<mvcc::WriteResponse, Status> {
         let (sequence, answer) = self.state.register();
         let data = RaftRequest {
             member: self.state.member_id(),
@@ -92,10 +109,7 @@ impl KvService {
 
 #[tonic::async_trait]
 impl Kv for KvService {
-    async fn range(
-        &self,
-        request: Request<pb::RangeRequest>,
-    ) -> Result<Response<pb::RangeResponse>, Status> {
+    async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
         let request = request.into_inner();
         if request.key.is_empty() {
             return Err(convert::status(&mvcc::Error::EmptyKey));
@@ -112,13 +126,10 @@ impl Kv for KvService {
         Ok(Response::new(convert::range_response(response, header)))
     }
 
-    async fn put(
-        &self,
-        request: Request<pb::PutRequest>,
-    ) -> Result<Response<pb::PutResponse>, Status> {
+    async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         let request = request.into_inner();
-        mvcc::validate::check_put(&convert::put_request(request.clone()))
-            .map_err(|e| convert::status(&e))?;
+        mvcc::validate::check_put(&convert::put_request(request.clone())).map_err(|e| convert::status(&e))?;
+        check_no_lease(request.lease)?;
         match self.propose(raft_request::Request::Put(request)).await? {
             mvcc::WriteResponse::Put(response) => {
                 let header = self.header(response.revision);
@@ -136,28 +147,20 @@ impl Kv for KvService {
         if request.key.is_empty() {
             return Err(convert::status(&mvcc::Error::EmptyKey));
         }
-        match self
-            .propose(raft_request::Request::DeleteRange(request))
-            .await?
-        {
+        match self.propose(raft_request::Request::DeleteRange(request)).await? {
             mvcc::WriteResponse::DeleteRange(response) => {
                 let header = self.header(response.revision);
-                Ok(Response::new(convert::delete_range_response(
-                    response, header,
-                )))
+                Ok(Response::new(convert::delete_range_response(response, header)))
             }
             other => unreachable!("a delete answered {other:?}"),
         }
     }
 
-    async fn txn(
-        &self,
-        request: Request<pb::TxnRequest>,
-    ) -> Result<Response<pb::TxnResponse>, Status> {
+    async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         let request = request.into_inner();
         let checked = convert::txn_request(request.clone()).map_err(|e| convert::status(&e))?;
-        mvcc::validate::check_txn(&checked, self.state.config.max_txn_ops)
-            .map_err(|e| convert::status(&e))?;
+        mvcc::validate::check_txn(&checked, self.state.config.max_txn_ops).map_err(|e| convert::status(&e))?;
+        check_txn_leases(&checked)?;
         match self.propose(raft_request::Request::Txn(request)).await? {
             mvcc::WriteResponse::Txn(response) => {
                 let header = self.header(response.revision);
@@ -175,11 +178,9 @@ impl Kv for KvService {
             .propose(raft_request::Request::Compaction(request.into_inner()))
             .await?
         {
-            mvcc::WriteResponse::Compaction(response) => {
-                Ok(Response::new(pb::CompactionResponse {
-                    header: self.header(response.revision),
-                }))
-            }
+            mvcc::WriteResponse::Compaction(response) => Ok(Response::new(pb::CompactionResponse {
+                header: self.header(response.revision),
+            })),
             other => unreachable!("a compaction answered {other:?}"),
         }
     }

@@ -32,23 +32,14 @@ type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Sta
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
-    async fn alarm(
-        &self,
-        _: Request<pb::AlarmRequest>,
-    ) -> Result<Response<pb::AlarmResponse>, Status> {
+    async fn alarm(&self, _: Request<pb::AlarmRequest>) -> Result<Response<pb::AlarmResponse>, Status> {
         Ok(Response::new(pb::AlarmResponse {
-            header: self
-                .state
-                .header_fields()
-                .header(self.state.store.current_revision()),
+            header: self.state.header_fields().header(self.state.store.current_revision()),
             alarms: Vec::new(),
         }))
     }
 
-    async fn status(
-        &self,
-        _: Request<pb::StatusRequest>,
-    ) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status(&self, _: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         let store = &self.state.store;
         let db_size = store.size_on_disk().map_err(|e| convert::status(&e))? as i64;
         Ok(Response::new(pb::StatusResponse {
@@ -65,34 +56,22 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn defragment(
-        &self,
-        _: Request<pb::DefragmentRequest>,
-    ) -> Result<Response<pb::DefragmentResponse>, Status> {
+    async fn defragment(&self, _: Request<pb::DefragmentRequest>) -> Result<Response<pb::DefragmentResponse>, Status> {
         Err(unimplemented("Defragment"))
     }
 
-    async fn hash(
-        &self,
-        _: Request<pb::HashRequest>,
-    ) -> Result<Response<pb::HashResponse>, Status> {
+    async fn hash(&self, _: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
         Err(unimplemented("Hash"))
     }
 
-    async fn hash_kv(
-        &self,
-        request: Request<pb::HashKvRequest>,
-    ) -> Result<Response<pb::HashKvResponse>, Status> {
+    async fn hash_kv(&self, request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
         let (hash, compact_revision, _) = self
             .state
             .store
             .hash_kv(request.into_inner().revision)
             .map_err(|e| convert::status(&e))?;
         Ok(Response::new(pb::HashKvResponse {
-            header: self
-                .state
-                .header_fields()
-                .header(self.state.store.current_revision()),
+            header: self.state.header_fields().header(self.state.store.current_revision()),
             hash,
             compact_revision,
         }))
@@ -100,24 +79,15 @@ impl Maintenance for MaintenanceService {
 
     type SnapshotStream = SnapshotStream;
 
-    async fn snapshot(
-        &self,
-        _: Request<pb::SnapshotRequest>,
-    ) -> Result<Response<SnapshotStream>, Status> {
+    async fn snapshot(&self, _: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
         Err(unimplemented("Snapshot"))
     }
 
-    async fn move_leader(
-        &self,
-        _: Request<pb::MoveLeaderRequest>,
-    ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+    async fn move_leader(&self, _: Request<pb::MoveLeaderRequest>) -> Result<Response<pb::MoveLeaderResponse>, Status> {
         Err(unimplemented("MoveLeader"))
     }
 
-    async fn downgrade(
-        &self,
-        _: Request<pb::DowngradeRequest>,
-    ) -> Result<Response<pb::DowngradeResponse>, Status> {
+    async fn downgrade(&self, _: Request<pb::DowngradeRequest>) -> Result<Response<pb::DowngradeResponse>, Status> {
         Err(unimplemented("Downgrade"))
     }
 }

@@ -97,8 +97,7 @@ mod tests {
     fn ids_agree_across_members() {
         let cluster = "a=http://127.0.0.1:2380,b=http://127.0.0.1:22380,c=http://127.0.0.1:32380";
         let membership = |name: &str| {
-            let config =
-                Config::parse_from(["kv-server", "--name", name, "--initial-cluster", cluster]);
+            let config = Config::parse_from(["kv-server", "--name", name, "--initial-cluster", cluster]);
             Membership::from_config(&config).unwrap()
         };
         let (a, b) = (membership("a"), membership("b"));

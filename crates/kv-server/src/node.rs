@@ -13,13 +13,11 @@ use std::time::{Duration, Instant};
 
 use raft::prelude::{Entry, Message};
 use raft::{Config as RaftConfig, RawNode};
-use tokio::sync::oneshot;
-use tonic::Status;
 
 use crate::apply::ApplyInput;
 use crate::errors;
 use crate::raft_storage::RaftStorage;
-use crate::state::MemberState;
+use crate::state::{MemberState, ReadWaiter};
 use crate::transport::Transport;
 
 /// Inputs the loop accepts. Senders never block: a full queue answers the
@@ -29,9 +27,7 @@ pub enum NodeInput {
     Propose { sequence: u64, data: Vec<u8> },
     /// A linearizable read: answered once the member has applied up to a
     /// read index confirmed by the leader.
-    ReadIndex {
-        reply: oneshot::Sender<Result<(), Status>>,
-    },
+    ReadIndex { reply: ReadWaiter },
     /// A raft message from a peer.
     Message(Box<Message>),
     /// The transport could not reach this peer.
@@ -61,7 +57,7 @@ const READ_INDEX_RETRY: Duration = Duration::from_millis(300);
 const READ_INDEX_EXPIRY: Duration = Duration::from_secs(10);
 
 struct ReadBatch {
-    waiters: Vec<oneshot::Sender<Result<(), Status>>>,
+    waiters: Vec<ReadWaiter>,
     issued: Instant,
     created: Instant,
 }
@@ -72,7 +68,7 @@ pub struct Node {
     state: Arc<MemberState>,
     transport: Transport,
     apply: SyncSender<ApplyInput>,
-    pending_reads: Vec<oneshot::Sender<Result<(), Status>>>,
+    pending_reads: Vec<ReadWaiter>,
     reads_in_flight: HashMap<u64, ReadBatch>,
     next_read_context: u64,
 }
@@ -100,8 +96,7 @@ impl Node {
             ..RaftConfig::default()
         };
         config.validate().map_err(|e| e.to_string())?;
-        let raw =
-            RawNode::new(&config, storage.memory.clone(), logger).map_err(|e| e.to_string())?;
+        let raw = RawNode::new(&config, storage.memory.clone(), logger).map_err(|e| e.to_string())?;
         Ok(Node {
             raw,
             storage_wal: storage,
@@ -249,11 +244,7 @@ impl Node {
 
         // 5. Read states: each answers one batch of reads once applied.
         for read_state in ready.take_read_states() {
-            let context = read_state
-                .request_ctx
-                .as_slice()
-                .try_into()
-                .map(u64::from_be_bytes);
+            let context = read_state.request_ctx.as_slice().try_into().map(u64::from_be_bytes);
             if let Some(batch) = context.ok().and_then(|c| self.reads_in_flight.remove(&c)) {
                 self.send_apply(ApplyInput::Read {
                     index: read_state.index,
@@ -277,9 +268,7 @@ impl Node {
         self.raw.advance_apply();
 
         self.state.term.store(self.raw.raft.term, Ordering::Release);
-        self.state
-            .leader
-            .store(self.raw.raft.leader_id, Ordering::Release);
+        self.state.leader.store(self.raw.raft.leader_id, Ordering::Release);
         self.state
             .committed_index
             .store(self.raw.raft.raft_log.committed, Ordering::Release);

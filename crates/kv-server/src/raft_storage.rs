@@ -28,26 +28,16 @@ fn metadata(cluster_id: u64, member_id: u64) -> Vec<u8> {
 impl RaftStorage {
     /// Creates a new log for a new member, or replays the existing one.
     /// Returns the storage and whether it was newly created.
-    pub fn open(
-        data_dir: &Path,
-        cluster_id: u64,
-        member_id: u64,
-        voters: Vec<u64>,
-    ) -> Result<RaftStorage, String> {
+    pub fn open(data_dir: &Path, cluster_id: u64, member_id: u64, voters: Vec<u64>) -> Result<RaftStorage, String> {
         let dir = data_dir.join(WAL_DIR);
         let expected = metadata(cluster_id, member_id);
         let memory = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
         if !wal::Wal::exists(&dir) {
-            let wal = wal::Wal::create(&dir, wal::Options::default(), &expected)
-                .map_err(|e| e.to_string())?;
+            let wal = wal::Wal::create(&dir, wal::Options::default(), &expected).map_err(|e| e.to_string())?;
             return Ok(RaftStorage { wal, memory });
         }
-        let (wal, replay) = wal::Wal::open(
-            &dir,
-            wal::Options::default(),
-            wal::SnapshotPosition::default(),
-        )
-        .map_err(|e| e.to_string())?;
+        let (wal, replay) = wal::Wal::open(&dir, wal::Options::default(), wal::SnapshotPosition::default())
+            .map_err(|e| e.to_string())?;
         if replay.metadata != expected {
             return Err(format!(
                 "{} belongs to another member or cluster (its ids differ from this member's)",
@@ -60,10 +50,7 @@ impl RaftStorage {
         let entries = replay
             .entries
             .iter()
-            .map(|e| {
-                Entry::parse_from_bytes(&e.data)
-                    .map_err(|error| format!("WAL entry {}: {error}", e.index))
-            })
+            .map(|e| Entry::parse_from_bytes(&e.data).map_err(|error| format!("WAL entry {}: {error}", e.index)))
             .collect::<Result<Vec<_>, _>>()?;
         let mut hard_state = HardState::default();
         hard_state.term = replay.hard_state.term;
@@ -85,11 +72,7 @@ impl RaftStorage {
     /// Makes `entries` and `hard_state` durable with one WAL write and one
     /// fdatasync, then hands them to raft's memory. A WAL failure is fatal
     /// to the member: the caller stops the process.
-    pub fn persist(
-        &mut self,
-        entries: &[Entry],
-        hard_state: Option<&HardState>,
-    ) -> Result<(), wal::Error> {
+    pub fn persist(&mut self, entries: &[Entry], hard_state: Option<&HardState>) -> Result<(), wal::Error> {
         if entries.is_empty() && hard_state.is_none() {
             return Ok(());
         }

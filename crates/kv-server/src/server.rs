@@ -42,10 +42,8 @@ pub fn run(config: Config) -> Result<(), String> {
         ));
     }
     let data_dir = config.data_dir();
-    std::fs::create_dir_all(data_dir.join("member"))
-        .map_err(|e| format!("{}: {e}", data_dir.display()))?;
-    let store = mvcc::Store::open_with(&data_dir.join(STORE_DIR), config.max_txn_ops)
-        .map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(data_dir.join("member")).map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    let store = mvcc::Store::open_with(&data_dir.join(STORE_DIR), config.max_txn_ops).map_err(|e| e.to_string())?;
     let storage = RaftStorage::open(
         &data_dir,
         membership.cluster_id,
@@ -75,13 +73,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let (node_sender, node_inputs) = sync_channel(NODE_INPUT_CAPACITY);
     let (apply_sender, apply_inputs) = sync_channel(APPLY_QUEUE_CAPACITY);
     let transport = Transport::start(&membership, node_sender.clone(), runtime.handle());
-    let node = Node::new(
-        storage,
-        state.clone(),
-        transport,
-        apply_sender,
-        &slog_bridge::logger(),
-    )?;
+    let node = Node::new(storage, state.clone(), transport, apply_sender, &slog_bridge::logger())?;
     let apply_state = state.clone();
     std::thread::Builder::new()
         .name("apply".into())
@@ -123,27 +115,17 @@ async fn serve(
     };
     let max_decoding = config.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_service_status("", ServingStatus::NotServing)
-        .await;
-    let router = tonic::service::Routes::new(
-        KvServer::new(kv.clone()).max_decoding_message_size(max_decoding),
-    )
-    .add_service(
-        ClusterServer::new(ClusterService {
-            state: state.clone(),
-        })
-        .max_decoding_message_size(max_decoding),
-    )
-    .add_service(
-        MaintenanceServer::new(MaintenanceService {
-            state: state.clone(),
-        })
-        .max_decoding_message_size(max_decoding),
-    )
-    .add_service(health_service)
-    .into_axum_router()
-    .merge(http::routes(state.clone()));
+    health.set_service_status("", ServingStatus::NotServing).await;
+    let router = tonic::service::Routes::new(KvServer::new(kv.clone()).max_decoding_message_size(max_decoding))
+        .add_service(
+            ClusterServer::new(ClusterService { state: state.clone() }).max_decoding_message_size(max_decoding),
+        )
+        .add_service(
+            MaintenanceServer::new(MaintenanceService { state: state.clone() }).max_decoding_message_size(max_decoding),
+        )
+        .add_service(health_service)
+        .into_axum_router()
+        .merge(http::routes(state.clone()));
     for url in config::urls(&config.listen_client_urls) {
         let address = config::socket_addr(&url)?;
         let listener = tokio::net::TcpListener::bind(address)
@@ -183,10 +165,7 @@ async fn serve(
     };
     tokio::spawn(async move {
         loop {
-            match kv
-                .propose(raft_request::Request::Attributes(attributes.clone()))
-                .await
-            {
+            match kv.propose(raft_request::Request::Attributes(attributes.clone())).await {
                 Err(status) => {
                     tracing::debug!(%status, "publishing client URLs; will retry");
                     tokio::time::sleep(PUBLISH_RETRY).await;
@@ -207,8 +186,8 @@ async fn serve(
 type NodeInputAlias = crate::node::NodeInput;
 
 async fn shutdown_signal() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}

@@ -7,11 +7,7 @@ impl slog::Drain for TracingDrain {
     type Ok = ();
     type Err = slog::Never;
 
-    fn log(
-        &self,
-        record: &slog::Record<'_>,
-        _values: &slog::OwnedKVList,
-    ) -> Result<(), slog::Never> {
+    fn log(&self, record: &slog::Record<'_>, _values: &slog::OwnedKVList) -> Result<(), slog::Never> {
         let message = record.msg().to_string();
         match record.level() {
             slog::Level::Critical | slog::Level::Error => {

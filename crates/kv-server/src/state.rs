@@ -16,6 +16,9 @@ use crate::membership::Membership;
 /// How a proposal ends: applied (with the store's answer), or failed.
 pub type ProposalResult = Result<mvcc::Applied, Status>;
 
+/// A linearizable read waiting for the member to apply up to its index.
+pub type ReadWaiter = oneshot::Sender<Result<(), Status>>;
+
 /// A member's client URLs as it published them through raft.
 pub type ClientUrls = HashMap<u64, Vec<String>>;
 

@@ -48,23 +48,13 @@ pub struct Transport {
 
 impl Transport {
     /// Starts one sender task per peer on `runtime`.
-    pub fn start(
-        membership: &Membership,
-        node: SyncSender<NodeInput>,
-        runtime: &tokio::runtime::Handle,
-    ) -> Transport {
+    pub fn start(membership: &Membership, node: SyncSender<NodeInput>, runtime: &tokio::runtime::Handle) -> Transport {
         let mut peers = HashMap::new();
         for peer in membership.peers() {
             let (sender, receiver) = mpsc::channel(PEER_QUEUE_CAPACITY);
             peers.insert(peer.id, sender);
             let url = peer.peer_urls[0].clone();
-            runtime.spawn(send_loop(
-                membership.local_id,
-                peer.id,
-                url,
-                receiver,
-                node.clone(),
-            ));
+            runtime.spawn(send_loop(membership.local_id, peer.id, url, receiver, node.clone()));
         }
         Transport { peers, node }
     }
@@ -92,9 +82,7 @@ async fn send_loop(
 ) {
     loop {
         let endpoint = match tonic::transport::Endpoint::from_shared(url.clone()) {
-            Ok(endpoint) => endpoint
-                .tcp_nodelay(true)
-                .connect_timeout(Duration::from_secs(1)),
+            Ok(endpoint) => endpoint.tcp_nodelay(true).connect_timeout(Duration::from_secs(1)),
             Err(error) => {
                 tracing::error!(%error, url, "bad peer URL; not sending to this peer");
                 return;
@@ -102,8 +90,7 @@ async fn send_loop(
         };
         match endpoint.connect().await {
             Ok(channel) => {
-                let mut client =
-                    PeerClient::new(channel).max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
+                let mut client = PeerClient::new(channel).max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
                 let (batches, stream) = mpsc::channel::<RaftBatch>(1);
                 let call = client.stream(ReceiverStream::new(stream));
                 let pump = async {
@@ -119,14 +106,7 @@ async fn send_loop(
                                 Err(_) => break,
                             }
                         }
-                        if batches
-                            .send(RaftBatch {
-                                from: local,
-                                messages,
-                            })
-                            .await
-                            .is_err()
-                        {
+                        if batches.send(RaftBatch { from: local, messages }).await.is_err() {
                             return;
                         }
                     }
@@ -152,10 +132,7 @@ pub struct PeerService {
 
 #[tonic::async_trait]
 impl Peer for PeerService {
-    async fn stream(
-        &self,
-        request: Request<Streaming<RaftBatch>>,
-    ) -> Result<Response<PeerAck>, Status> {
+    async fn stream(&self, request: Request<Streaming<RaftBatch>>) -> Result<Response<PeerAck>, Status> {
         let mut stream = request.into_inner();
         while let Some(batch) = stream.message().await? {
             for bytes in batch.messages {

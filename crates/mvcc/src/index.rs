@@ -85,13 +85,7 @@ impl TreeIndex {
 
     /// Calls `visit(key, revision)` for every key in the range that existed
     /// at `at`, in key order, until `visit` returns false.
-    pub fn visit(
-        &self,
-        key: &[u8],
-        end: RangeEnd<'_>,
-        at: i64,
-        mut visit: impl FnMut(&[u8], Revision) -> bool,
-    ) {
+    pub fn visit(&self, key: &[u8], end: RangeEnd<'_>, at: i64, mut visit: impl FnMut(&[u8], Revision) -> bool) {
         let upper = match end {
             RangeEnd::Single => {
                 if let Some(revision) = self.get(key, at) {
@@ -118,10 +112,7 @@ impl TreeIndex {
     pub fn compact(&mut self, at: i64) -> Vec<(Revision, bool)> {
         let mut removable = Vec::new();
         self.keys.retain(|_, history| {
-            let before: Vec<Slot> = history
-                .slots()
-                .take_while(|slot| slot.main() <= at)
-                .collect();
+            let before: Vec<Slot> = history.slots().take_while(|slot| slot.main() <= at).collect();
             let kept = history.compact(at);
             removable.extend(
                 before

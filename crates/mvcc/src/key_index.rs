@@ -97,10 +97,7 @@ impl KeyIndex {
 
     fn push(&mut self, slot: Slot) {
         if let Some(last) = self.history.last() {
-            assert!(
-                last.revision() < slot.revision(),
-                "key history revisions only grow"
-            );
+            assert!(last.revision() < slot.revision(), "key history revisions only grow");
         }
         self.history.push(slot);
     }
@@ -177,10 +174,7 @@ mod tests {
 
         let mut compacted = index.clone();
         assert_eq!(compacted.compact(6), Some(rev(5)));
-        assert_eq!(
-            compacted.slots().map(|s| s.main()).collect::<Vec<_>>(),
-            [5, 7, 9]
-        );
+        assert_eq!(compacted.slots().map(|s| s.main()).collect::<Vec<_>>(), [5, 7, 9]);
         for at in 6..12 {
             assert_eq!(compacted.get(at), index.get(at), "at {at}");
         }
@@ -191,17 +185,10 @@ mod tests {
             Some(Revision::new(7, 0)),
             "a tombstone at the compact revision stays"
         );
-        assert_eq!(
-            compacted.slots().map(|s| s.main()).collect::<Vec<_>>(),
-            [7, 9]
-        );
+        assert_eq!(compacted.slots().map(|s| s.main()).collect::<Vec<_>>(), [7, 9]);
         assert_eq!(compacted.get(7), None);
         assert_eq!(compacted.get(9), Some(rev(9)));
-        assert_eq!(
-            compacted.compact(8),
-            None,
-            "and goes once compaction passes it"
-        );
+        assert_eq!(compacted.compact(8), None, "and goes once compaction passes it");
         assert_eq!(compacted.slots().map(|s| s.main()).collect::<Vec<_>>(), [9]);
 
         let mut compacted = index.clone();

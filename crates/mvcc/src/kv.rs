@@ -4,9 +4,7 @@
 //! (`txn.rs`) is written against them only.
 
 use crate::error::Result;
-use crate::request::{
-    DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
-};
+use crate::request::{DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse};
 
 /// A consistent view of the store at one revision.
 pub trait ReadView {

@@ -58,26 +58,19 @@ pub fn range(
         (order, _) => order,
     };
     let fetch_limit = match request.limit {
-        limit if limit > 0 && request.sort_order == SortOrder::None && !filtered => {
-            limit as usize + 1
-        }
+        limit if limit > 0 && request.sort_order == SortOrder::None && !filtered => limit as usize + 1,
         _ => usize::MAX,
     };
 
     let mut revisions = Vec::new();
     let mut count: i64 = 0;
-    index.visit(
-        &request.key,
-        RangeEnd::parse(&request.range_end),
-        at,
-        |_, revision| {
-            count += 1;
-            if revisions.len() < fetch_limit && !request.count_only {
-                revisions.push(revision);
-            }
-            true
-        },
-    );
+    index.visit(&request.key, RangeEnd::parse(&request.range_end), at, |_, revision| {
+        count += 1;
+        if revisions.len() < fetch_limit && !request.count_only {
+            revisions.push(revision);
+        }
+        true
+    });
     let mut response = RangeResponse {
         revision: view,
         kvs: Vec::new(),

@@ -79,14 +79,8 @@ mod tests {
             assert!(pair[0].to_bytes(true) < pair[1].to_bytes(false));
         }
         for revision in revisions {
-            assert_eq!(
-                Revision::from_bytes(&revision.to_bytes(false)),
-                Some((revision, false))
-            );
-            assert_eq!(
-                Revision::from_bytes(&revision.to_bytes(true)),
-                Some((revision, true))
-            );
+            assert_eq!(Revision::from_bytes(&revision.to_bytes(false)), Some((revision, false)));
+            assert_eq!(Revision::from_bytes(&revision.to_bytes(true)), Some((revision, true)));
         }
         assert_eq!(Revision::from_bytes(b"short"), None);
         let mut bad = Revision::new(1, 1).to_bytes(true);

@@ -18,8 +18,8 @@ use crate::key_value::{Event, EventKind, KeyValue};
 use crate::kv::{ReadView, WriteTxn};
 use crate::range;
 use crate::request::{
-    Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse,
-    PutRequest, PutResponse, RangeRequest, RangeResponse, WriteRequest, WriteResponse,
+    Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse,
+    RangeRequest, RangeResponse, WriteRequest, WriteResponse,
 };
 use crate::revision::Revision;
 use crate::txn;
@@ -121,8 +121,7 @@ impl Store {
         let db = loop {
             match config.open() {
                 Err(sled::Error::Io(error))
-                    if error.kind() == std::io::ErrorKind::WouldBlock
-                        && tries + 1 < OPEN_LOCK_TRIES =>
+                    if error.kind() == std::io::ErrorKind::WouldBlock && tries + 1 < OPEN_LOCK_TRIES =>
                 {
                     tries += 1;
                     std::thread::sleep(OPEN_LOCK_PAUSE);
@@ -134,10 +133,8 @@ impl Store {
         let mut highest = 0;
         for item in db.scan_prefix([KEY_SPACE]) {
             let (key, value) = item?;
-            let (revision, tombstone) =
-                Revision::from_bytes(&key[1..]).ok_or_else(|| corrupt("revision key"))?;
-            let kv =
-                KeyValue::decode(&value).ok_or_else(|| corrupt("stored value does not decode"))?;
+            let (revision, tombstone) = Revision::from_bytes(&key[1..]).ok_or_else(|| corrupt("revision key"))?;
+            let kv = KeyValue::decode(&value).ok_or_else(|| corrupt("stored value does not decode"))?;
             if tombstone {
                 index.tombstone(&kv.key, revision);
             } else {
@@ -146,8 +143,7 @@ impl Store {
             highest = revision.main;
         }
         index.shrink_to_fit();
-        let current_revision =
-            read_i64(&db, META_CURRENT_REVISION)?.unwrap_or(EMPTY_STORE_REVISION);
+        let current_revision = read_i64(&db, META_CURRENT_REVISION)?.unwrap_or(EMPTY_STORE_REVISION);
         assert!(
             current_revision >= highest,
             "stored revision {highest} above current {current_revision}"
@@ -254,9 +250,7 @@ impl Store {
         }
         if let WriteRequest::Compaction(compaction) = request {
             return Applied {
-                response: self
-                    .compact(state, batch, compaction)
-                    .map(WriteResponse::Compaction),
+                response: self.compact(state, batch, compaction).map(WriteResponse::Compaction),
                 events: Vec::new(),
             };
         }
@@ -270,11 +264,10 @@ impl Store {
         };
         let response = match request {
             WriteRequest::Put(put) => txn.put(put).map(WriteResponse::Put),
-            WriteRequest::DeleteRange(delete) => {
-                txn.delete_range(delete).map(WriteResponse::DeleteRange)
+            WriteRequest::DeleteRange(delete) => txn.delete_range(delete).map(WriteResponse::DeleteRange),
+            WriteRequest::Txn(request) => {
+                txn::plan(&txn, request).map(|path| WriteResponse::Txn(txn::execute(&mut txn, request, &path)))
             }
-            WriteRequest::Txn(request) => txn::plan(&txn, request)
-                .map(|path| WriteResponse::Txn(txn::execute(&mut txn, request, &path))),
             WriteRequest::Compaction(_) => unreachable!("handled above"),
         };
         let revision = txn.revision();
@@ -283,12 +276,7 @@ impl Store {
         Applied { response, events }
     }
 
-    fn compact(
-        &self,
-        state: &mut State,
-        batch: &mut Batch,
-        request: &CompactionRequest,
-    ) -> Result<CompactionResponse> {
+    fn compact(&self, state: &mut State, batch: &mut Batch, request: &CompactionRequest) -> Result<CompactionResponse> {
         if request.revision <= state.compact_revision {
             return Err(Error::Compacted);
         }
@@ -380,15 +368,9 @@ impl StoreTxn<'_> {
     }
 
     fn write(&mut self, revision: Revision, tombstone: bool, kv: KeyValue) {
-        self.batch
-            .sled
-            .insert(revision_key(revision, tombstone), kv.encode());
+        self.batch.sled.insert(revision_key(revision, tombstone), kv.encode());
         self.batch.pending.insert(revision, kv.clone());
-        let kind = if tombstone {
-            EventKind::Delete
-        } else {
-            EventKind::Put
-        };
+        let kind = if tombstone { EventKind::Delete } else { EventKind::Put };
         self.events.push(Event { kind, kv });
     }
 }

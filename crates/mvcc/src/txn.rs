@@ -12,8 +12,7 @@
 use crate::error::{Error, Result};
 use crate::kv::{ReadView, WriteTxn};
 use crate::request::{
-    Compare, CompareResult, CompareTarget, RangeRequest, RequestOp, ResponseOp, TxnRequest,
-    TxnResponse,
+    Compare, CompareResult, CompareTarget, RangeRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse,
 };
 
 /// Whether every compare holds in `view`. A compare over a range holds when
@@ -91,12 +90,7 @@ fn branch(request: &TxnRequest, succeeded: bool) -> &[RequestOp] {
 }
 
 /// A put with `ignore_value` or `ignore_lease` needs its key in the view.
-fn check_puts(
-    view: &impl ReadView,
-    request: &TxnRequest,
-    path: &[bool],
-    at: &mut usize,
-) -> Result<()> {
+fn check_puts(view: &impl ReadView, request: &TxnRequest, path: &[bool], at: &mut usize) -> Result<()> {
     let succeeded = path[*at];
     *at += 1;
     for op in branch(request, succeeded) {
@@ -121,12 +115,7 @@ fn check_puts(
 /// A range at a set revision needs it readable. Unlike a plain range, a
 /// negative revision here counts as compacted once anything was compacted,
 /// as in etcd.
-fn check_ranges(
-    view: &impl ReadView,
-    request: &TxnRequest,
-    path: &[bool],
-    at: &mut usize,
-) -> Result<()> {
+fn check_ranges(view: &impl ReadView, request: &TxnRequest, path: &[bool], at: &mut usize) -> Result<()> {
     let succeeded = path[*at];
     *at += 1;
     for op in branch(request, succeeded) {
@@ -157,21 +146,14 @@ pub fn execute(txn: &mut impl WriteTxn, request: &TxnRequest, path: &[bool]) -> 
     response
 }
 
-fn execute_level(
-    txn: &mut impl WriteTxn,
-    request: &TxnRequest,
-    path: &[bool],
-    at: &mut usize,
-) -> TxnResponse {
+fn execute_level(txn: &mut impl WriteTxn, request: &TxnRequest, path: &[bool], at: &mut usize) -> TxnResponse {
     let succeeded = path[*at];
     *at += 1;
     let ops = branch(request, succeeded);
     let mut responses = Vec::with_capacity(ops.len());
     for op in ops {
         let response = match op {
-            RequestOp::Range(range) => {
-                ResponseOp::Range(txn.range(range).expect("txn range was checked"))
-            }
+            RequestOp::Range(range) => ResponseOp::Range(txn.range(range).expect("txn range was checked")),
             RequestOp::Put(put) => ResponseOp::Put(txn.put(put).expect("txn put was checked")),
             RequestOp::DeleteRange(delete) => {
                 ResponseOp::DeleteRange(txn.delete_range(delete).expect("txn delete cannot fail"))

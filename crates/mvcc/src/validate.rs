@@ -6,9 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::index::RangeEnd;
-use crate::request::{
-    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, WriteRequest,
-};
+use crate::request::{Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, WriteRequest};
 
 /// etcd's default `--max-txn-ops`: the most operations a txn may list in
 /// its compare, success or failure list (each counted on its own).
@@ -192,16 +190,8 @@ mod tests {
     #[test]
     fn duplicate_key_rule() {
         let cases: Vec<(&str, TxnRequest, bool)> = vec![
-            (
-                "two puts of one key",
-                txn(vec![put("a"), put("a")], vec![]),
-                false,
-            ),
-            (
-                "puts of two keys",
-                txn(vec![put("a"), put("b")], vec![]),
-                true,
-            ),
+            ("two puts of one key", txn(vec![put("a"), put("a")], vec![]), false),
+            ("puts of two keys", txn(vec![put("a"), put("b")], vec![]), true),
             (
                 "same key in success and failure",
                 txn(vec![put("a")], vec![put("a")]),
@@ -229,27 +219,18 @@ mod tests {
             ),
             (
                 "nested put of a key put outside",
-                txn(
-                    vec![put("a"), RequestOp::Txn(txn(vec![put("a")], vec![]))],
-                    vec![],
-                ),
+                txn(vec![put("a"), RequestOp::Txn(txn(vec![put("a")], vec![]))], vec![]),
                 false,
             ),
             (
                 "nested put in both branches",
-                txn(
-                    vec![RequestOp::Txn(txn(vec![put("a")], vec![put("a")]))],
-                    vec![],
-                ),
+                txn(vec![RequestOp::Txn(txn(vec![put("a")], vec![put("a")]))], vec![]),
                 true,
             ),
             (
                 "nested delete covering an outer put",
                 txn(
-                    vec![
-                        put("b"),
-                        RequestOp::Txn(txn(vec![delete("a", "c")], vec![])),
-                    ],
+                    vec![put("b"), RequestOp::Txn(txn(vec![delete("a", "c")], vec![]))],
                     vec![],
                 ),
                 false,
@@ -257,10 +238,7 @@ mod tests {
             (
                 "outer delete covering a nested put",
                 txn(
-                    vec![
-                        delete("a", "c"),
-                        RequestOp::Txn(txn(vec![put("b")], vec![])),
-                    ],
+                    vec![delete("a", "c"), RequestOp::Txn(txn(vec![put("b")], vec![]))],
                     vec![],
                 ),
                 false,
@@ -279,24 +257,16 @@ mod tests {
     // per-operation checks give etcd's errors.
     #[test]
     fn limits_and_flags() {
-        let many: Vec<RequestOp> = (0..=MAX_TXN_OPS_DEFAULT)
-            .map(|i| put(&format!("k{i}")))
-            .collect();
+        let many: Vec<RequestOp> = (0..=MAX_TXN_OPS_DEFAULT).map(|i| put(&format!("k{i}"))).collect();
         assert_eq!(
             check_txn(&txn(many.clone(), vec![]), MAX_TXN_OPS_DEFAULT),
             Err(Error::TooManyOperations)
         );
         assert_eq!(
-            check_txn(
-                &txn(many[1..].to_vec(), many[1..].to_vec()),
-                MAX_TXN_OPS_DEFAULT
-            ),
+            check_txn(&txn(many[1..].to_vec(), many[1..].to_vec()), MAX_TXN_OPS_DEFAULT),
             Ok(())
         );
-        assert_eq!(
-            check_txn(&txn(vec![put("")], vec![]), 8),
-            Err(Error::EmptyKey)
-        );
+        assert_eq!(check_txn(&txn(vec![put("")], vec![]), 8), Err(Error::EmptyKey));
         let bad = PutRequest {
             key: b"k".to_vec(),
             value: b"v".to_vec(),

@@ -60,11 +60,7 @@ impl Model {
 
     fn range(&self, request: &RangeRequest, view: i64) -> Result<RangeResponse> {
         validate::check_range(request)?;
-        let at = if request.revision <= 0 {
-            view
-        } else {
-            request.revision
-        };
+        let at = if request.revision <= 0 { view } else { request.revision };
         if request.revision > view {
             return Err(Error::FutureRevision);
         }
@@ -90,10 +86,8 @@ impl Model {
         kvs.retain(|kv| {
             (request.min_mod_revision == 0 || kv.mod_revision >= request.min_mod_revision)
                 && (request.max_mod_revision == 0 || kv.mod_revision <= request.max_mod_revision)
-                && (request.min_create_revision == 0
-                    || kv.create_revision >= request.min_create_revision)
-                && (request.max_create_revision == 0
-                    || kv.create_revision <= request.max_create_revision)
+                && (request.min_create_revision == 0 || kv.create_revision >= request.min_create_revision)
+                && (request.max_create_revision == 0 || kv.create_revision <= request.max_create_revision)
         });
         let key_of = |kv: &KeyValue| -> (Vec<u8>, i64) {
             match request.sort_target {
@@ -178,9 +172,7 @@ impl ModelTxn<'_> {
                 request.lease
             },
         };
-        self.model
-            .history
-            .push((main, request.key.clone(), Some(kv.clone())));
+        self.model.history.push((main, request.key.clone(), Some(kv.clone())));
         self.changed = true;
         self.events.push(Event {
             kind: EventKind::Put,
@@ -257,11 +249,7 @@ impl ModelTxn<'_> {
     fn path(&self, request: &TxnRequest, path: &mut Vec<bool>) {
         let succeeded = self.compares_hold(&request.compare);
         path.push(succeeded);
-        for op in if succeeded {
-            &request.success
-        } else {
-            &request.failure
-        } {
+        for op in if succeeded { &request.success } else { &request.failure } {
             if let RequestOp::Txn(nested) = op {
                 self.path(nested, path);
             }
@@ -269,19 +257,10 @@ impl ModelTxn<'_> {
     }
 
     /// Every operation on the path, depth first, in path order.
-    fn walk<'r>(
-        request: &'r TxnRequest,
-        path: &[bool],
-        at: &mut usize,
-        visit: &mut impl FnMut(&'r RequestOp),
-    ) {
+    fn walk<'r>(request: &'r TxnRequest, path: &[bool], at: &mut usize, visit: &mut impl FnMut(&'r RequestOp)) {
         let succeeded = path[*at];
         *at += 1;
-        for op in if succeeded {
-            &request.success
-        } else {
-            &request.failure
-        } {
+        for op in if succeeded { &request.success } else { &request.failure } {
             visit(op);
             if let RequestOp::Txn(nested) = op {
                 ModelTxn::walk(nested, path, at, visit);
@@ -316,17 +295,11 @@ impl ModelTxn<'_> {
     fn txn(&mut self, request: &TxnRequest, path: &[bool], at: &mut usize) -> TxnResponse {
         let succeeded = path[*at];
         *at += 1;
-        let branch = if succeeded {
-            &request.success
-        } else {
-            &request.failure
-        };
+        let branch = if succeeded { &request.success } else { &request.failure };
         let mut responses = Vec::new();
         for op in branch {
             responses.push(match op {
-                RequestOp::Range(range) => {
-                    ResponseOp::Range(self.model.range(range, self.view()).unwrap())
-                }
+                RequestOp::Range(range) => ResponseOp::Range(self.model.range(range, self.view()).unwrap()),
                 RequestOp::Put(put) => ResponseOp::Put(self.put(put).unwrap()),
                 RequestOp::DeleteRange(delete) => ResponseOp::DeleteRange(self.delete(delete)),
                 RequestOp::Txn(nested) => ResponseOp::Txn(self.txn(nested, path, at)),
@@ -356,9 +329,7 @@ impl Model {
                 Err(Error::FutureRevision)
             } else {
                 self.compact = compaction.revision;
-                Ok(WriteResponse::Compaction(CompactionResponse {
-                    revision: self.current,
-                }))
+                Ok(WriteResponse::Compaction(CompactionResponse { revision: self.current }))
             };
             return Applied {
                 response,
@@ -422,12 +393,7 @@ fn revision() -> impl Strategy<Value = i64> {
 
 fn range_request() -> impl Strategy<Value = RangeRequest> {
     (
-        (
-            key(),
-            range_end(),
-            prop_oneof![Just(0i64), 1i64..4],
-            revision(),
-        ),
+        (key(), range_end(), prop_oneof![Just(0i64), 1i64..4], revision()),
         (
             prop::sample::select(vec![SortOrder::None, SortOrder::Ascend, SortOrder::Descend]),
             prop::sample::select(vec![
@@ -442,12 +408,7 @@ fn range_request() -> impl Strategy<Value = RangeRequest> {
         prop::array::uniform4(prop_oneof![3 => Just(0i64), 1 => 1i64..20]),
     )
         .prop_map(
-            |(
-                (key, range_end, limit, revision),
-                (sort_order, sort_target),
-                (keys_only, count_only),
-                filters,
-            )| {
+            |((key, range_end, limit, revision), (sort_order, sort_target), (keys_only, count_only), filters)| {
                 RangeRequest {
                     key,
                     range_end,
@@ -475,16 +436,14 @@ fn put_request() -> impl Strategy<Value = PutRequest> {
         prop::bool::weighted(0.15),
         prop::bool::weighted(0.15),
     )
-        .prop_map(
-            |(key, value, lease, prev_kv, ignore_value, ignore_lease)| PutRequest {
-                key,
-                value: if ignore_value { Vec::new() } else { value },
-                lease: if ignore_lease { 0 } else { lease },
-                prev_kv,
-                ignore_value,
-                ignore_lease,
-            },
-        )
+        .prop_map(|(key, value, lease, prev_kv, ignore_value, ignore_lease)| PutRequest {
+            key,
+            value: if ignore_value { Vec::new() } else { value },
+            lease: if ignore_lease { 0 } else { lease },
+            prev_kv,
+            ignore_value,
+            ignore_lease,
+        })
 }
 
 fn delete_request() -> impl Strategy<Value = DeleteRangeRequest> {

@@ -50,10 +50,7 @@ impl Harness {
 
     fn apply(&mut self, request: WriteRequest) -> Applied {
         self.raft_index += 1;
-        self.store
-            .apply(self.raft_index, &[request])
-            .unwrap()
-            .remove(0)
+        self.store.apply(self.raft_index, &[request]).unwrap().remove(0)
     }
 
     fn ok(&mut self, request: WriteRequest) -> WriteResponse {
@@ -100,10 +97,7 @@ fn version_resets_after_delete() {
         })
         .unwrap();
     assert_eq!(old.kvs[0].value, b"b");
-    assert_eq!(
-        old.revision, 5,
-        "the header revision is the store's current one"
-    );
+    assert_eq!(old.revision, 5, "the header revision is the store's current one");
     assert!(h
         .range(RangeRequest {
             revision: 4,
@@ -293,9 +287,7 @@ fn compacted_and_future_revisions() {
             ..get("k")
         })
         .unwrap();
-    let WriteResponse::Compaction(response) =
-        h.ok(WriteRequest::Compaction(CompactionRequest { revision: 4 }))
-    else {
+    let WriteResponse::Compaction(response) = h.ok(WriteRequest::Compaction(CompactionRequest { revision: 4 })) else {
         panic!()
     };
     assert_eq!(response.revision, 6);
@@ -358,11 +350,7 @@ fn compacted_and_future_revisions() {
 fn bad_input_changes_nothing() {
     let mut h = Harness::new();
     let cases = [
-        (
-            put("", "v"),
-            Error::EmptyKey,
-            "etcdserver: key is not provided",
-        ),
+        (put("", "v"), Error::EmptyKey, "etcdserver: key is not provided"),
         (
             WriteRequest::Put(PutRequest {
                 key: b"missing".to_vec(),
@@ -416,11 +404,7 @@ fn bad_input_changes_nothing() {
         assert_eq!(error.to_string(), message);
         assert_eq!(error.code(), Code::InvalidArgument);
         assert!(applied.events.is_empty());
-        assert_eq!(
-            h.store.current_revision(),
-            1,
-            "{message}: nothing was written"
-        );
+        assert_eq!(h.store.current_revision(), 1, "{message}: nothing was written");
     }
     assert_eq!(h.range(get("")).unwrap_err(), Error::EmptyKey);
 }
@@ -433,21 +417,10 @@ fn reopen_keeps_state() {
     let (hash, revision) = {
         let store = Store::open(dir.path()).unwrap();
         store
-            .apply(
-                7,
-                &[
-                    put("a", "1"),
-                    put("b", "2"),
-                    delete("a", b""),
-                    put("a", "3"),
-                ],
-            )
+            .apply(7, &[put("a", "1"), put("b", "2"), delete("a", b""), put("a", "3")])
             .unwrap();
         store
-            .apply(
-                9,
-                &[WriteRequest::Compaction(CompactionRequest { revision: 3 })],
-            )
+            .apply(9, &[WriteRequest::Compaction(CompactionRequest { revision: 3 })])
             .unwrap();
         store.flush().unwrap();
         let (hash, _, revision) = store.hash_kv(0).unwrap();
@@ -459,10 +432,7 @@ fn reopen_keeps_state() {
     assert_eq!(store.compact_revision(), 3);
     assert_eq!(store.hash_kv(0).unwrap(), (hash, 3, revision));
     let a = store.range(&get("a")).unwrap().kvs.remove(0);
-    assert_eq!(
-        (a.create_revision, a.version, a.value.as_slice()),
-        (5, 1, &b"3"[..])
-    );
+    assert_eq!((a.create_revision, a.version, a.value.as_slice()), (5, 1, &b"3"[..]));
 }
 
 // Goal: etcd's fetch rule: a sort target with no sort order and a limit
@@ -505,10 +475,7 @@ fn tombstone_at_the_compact_revision_is_kept() {
         .unwrap();
     // Revisions: put k @2, delete k @3, put other @4.
     store
-        .apply(
-            2,
-            &[WriteRequest::Compaction(CompactionRequest { revision: 3 })],
-        )
+        .apply(2, &[WriteRequest::Compaction(CompactionRequest { revision: 3 })])
         .unwrap();
     assert_eq!(store.indexed_keys(), 2, "k's tombstone at 3 is kept");
     drop(store);
@@ -516,10 +483,7 @@ fn tombstone_at_the_compact_revision_is_kept() {
     assert_eq!(store.indexed_keys(), 2, "and rebuilt from storage");
     assert!(store.range(&get("k")).unwrap().kvs.is_empty());
     store
-        .apply(
-            3,
-            &[WriteRequest::Compaction(CompactionRequest { revision: 4 })],
-        )
+        .apply(3, &[WriteRequest::Compaction(CompactionRequest { revision: 4 })])
         .unwrap();
     assert_eq!(store.indexed_keys(), 1);
 }
@@ -548,10 +512,7 @@ fn hash_kv_equal_for_equal_histories() {
     }
     let revision = one_by_one.store.current_revision();
     assert_eq!(batched.store.current_revision(), revision);
-    assert_eq!(
-        one_by_one.store.hash_kv(0).unwrap(),
-        batched.store.hash_kv(0).unwrap()
-    );
+    assert_eq!(one_by_one.store.hash_kv(0).unwrap(), batched.store.hash_kv(0).unwrap());
     assert_eq!(
         one_by_one.store.hash_kv(revision - 2).unwrap(),
         batched.store.hash_kv(revision - 2).unwrap()

@@ -77,9 +77,7 @@ pub fn decode_segment(
                 Ok((record, next_crc)) => {
                     match (records, &record) {
                         (0, Record::CrcSeed(value)) => {
-                            if let Some(expected) =
-                                expected_seed.filter(|expected| expected != value)
-                            {
+                            if let Some(expected) = expected_seed.filter(|expected| expected != value) {
                                 let broken = Corruption::ChainBroken {
                                     expected,
                                     found: *value,
@@ -196,16 +194,9 @@ fn next_frame(bytes: &[u8], offset: usize) -> Frame<'_> {
 fn is_torn(bytes: &[u8], offset: usize, damage: &Corruption) -> bool {
     match damage {
         Corruption::Truncated { .. } => true,
-        Corruption::CrcMismatch { .. }
-        | Corruption::UnknownType { .. }
-        | Corruption::BadPayload { .. } => {
-            let word = u64::from_le_bytes(
-                bytes[offset..offset + LENGTH_WORD_BYTES]
-                    .try_into()
-                    .expect("8 bytes"),
-            );
-            let (body_bytes, padding_bytes) =
-                frame::parse_length_word(word).expect("length word was valid");
+        Corruption::CrcMismatch { .. } | Corruption::UnknownType { .. } | Corruption::BadPayload { .. } => {
+            let word = u64::from_le_bytes(bytes[offset..offset + LENGTH_WORD_BYTES].try_into().expect("8 bytes"));
+            let (body_bytes, padding_bytes) = frame::parse_length_word(word).expect("length word was valid");
             let frame_end = offset + LENGTH_WORD_BYTES + body_bytes + padding_bytes;
             has_zero_sector(&bytes[..frame_end], offset)
         }
@@ -237,14 +228,8 @@ mod tests {
         let mut bytes = vec![1u8; 2048];
         assert!(!has_zero_sector(&bytes, 100));
         bytes[1024..1100].fill(0);
-        assert!(
-            !has_zero_sector(&bytes[..1100 + 1], 600),
-            "piece 1024..1101 has a 1"
-        );
-        assert!(
-            has_zero_sector(&bytes[..1100], 600),
-            "piece 1024..1100 is all zeros"
-        );
+        assert!(!has_zero_sector(&bytes[..1100 + 1], 600), "piece 1024..1101 has a 1");
+        assert!(has_zero_sector(&bytes[..1100], 600), "piece 1024..1100 is all zeros");
         bytes[1600..2048].fill(0);
         assert!(has_zero_sector(&bytes, 1600));
     }

@@ -43,10 +43,9 @@ impl std::fmt::Display for Corruption {
             }
             Corruption::BadLengthWord { word } => write!(f, "bad length word {word:#018x}"),
             Corruption::BadLength { body_bytes } => write!(f, "bad record length {body_bytes}"),
-            Corruption::Truncated {
-                frame_end,
-                file_bytes,
-            } => write!(f, "record ends at {frame_end}, past the file's {file_bytes} bytes"),
+            Corruption::Truncated { frame_end, file_bytes } => {
+                write!(f, "record ends at {frame_end}, past the file's {file_bytes} bytes")
+            }
             Corruption::UnknownType { record_type } => write!(f, "unknown record type {record_type}"),
             Corruption::BadPayload { record_type } => {
                 write!(f, "payload of record type {record_type} does not decode")
@@ -59,7 +58,10 @@ impl std::fmt::Display for Corruption {
             Corruption::IndexGap {
                 expected_at_most,
                 found,
-            } => write!(f, "entry index {found} leaves a gap (expected at most {expected_at_most})"),
+            } => write!(
+                f,
+                "entry index {found} leaves a gap (expected at most {expected_at_most})"
+            ),
             Corruption::MetadataMismatch => write!(f, "metadata differs from the first segment's"),
             Corruption::BytesAfterEnd { first_nonzero } => {
                 write!(f, "non-zero byte at {first_nonzero} after the end of the data")

@@ -74,9 +74,7 @@ impl Encoder {
 
     /// Frames one record onto `out`. Returns the frame's length in bytes.
     pub fn encode(&mut self, record: &Record, out: &mut Vec<u8>) -> usize {
-        self.encode_with(record.record_type(), out, |payload| {
-            record.encode_payload(payload)
-        })
+        self.encode_with(record.record_type(), out, |payload| record.encode_payload(payload))
     }
 
     /// Frames a record whose payload `write_payload` appends; lets the hot
@@ -97,12 +95,10 @@ impl Encoder {
             body_bytes <= RECORD_BODY_BYTES_MAX,
             "record of {body_bytes} bytes; callers check RECORD_BODY_BYTES_MAX first"
         );
-        let padding_bytes = (ALIGNMENT_BYTES - (LENGTH_WORD_BYTES + body_bytes) % ALIGNMENT_BYTES)
-            % ALIGNMENT_BYTES;
+        let padding_bytes = (ALIGNMENT_BYTES - (LENGTH_WORD_BYTES + body_bytes) % ALIGNMENT_BYTES) % ALIGNMENT_BYTES;
         let crc_start = start + LENGTH_WORD_BYTES;
         self.crc = crc32c::crc32c_append(self.crc, &out[crc_start + 4..]);
-        out[start..crc_start]
-            .copy_from_slice(&length_word(body_bytes, padding_bytes).to_le_bytes());
+        out[start..crc_start].copy_from_slice(&length_word(body_bytes, padding_bytes).to_le_bytes());
         out[crc_start..crc_start + 4].copy_from_slice(&self.crc.to_le_bytes());
         out.resize(out.len() + padding_bytes, 0);
         out.len() - start
@@ -163,10 +159,7 @@ mod tests {
             let (body_bytes, padding_bytes) = parse_length_word(word).unwrap();
             assert_eq!(LENGTH_WORD_BYTES + body_bytes + padding_bytes, frame_bytes);
             for bit in 0..64 {
-                assert!(
-                    parse_length_word(word ^ (1 << bit)).is_err(),
-                    "bit {bit} of {word:#x}"
-                );
+                assert!(parse_length_word(word ^ (1 << bit)).is_err(), "bit {bit} of {word:#x}");
             }
         }
     }

@@ -86,12 +86,7 @@ impl Record {
                 out.extend_from_slice(&snapshot.term.to_le_bytes());
                 let conf = &snapshot.conf_state;
                 out.push(conf.auto_leave as u8);
-                for list in [
-                    &conf.voters,
-                    &conf.learners,
-                    &conf.voters_outgoing,
-                    &conf.learners_next,
-                ] {
+                for list in [&conf.voters, &conf.learners, &conf.voters_outgoing, &conf.learners_next] {
                     let count = u32::try_from(list.len()).expect("conf state list fits in u32");
                     out.extend_from_slice(&count.to_le_bytes());
                     for id in list {
@@ -237,10 +232,7 @@ mod tests {
         for record in records {
             let mut payload = Vec::new();
             record.encode_payload(&mut payload);
-            assert_eq!(
-                Record::decode(record.record_type(), &payload),
-                Some(record.clone())
-            );
+            assert_eq!(Record::decode(record.record_type(), &payload), Some(record.clone()));
             if !matches!(record, Record::Entry(_) | Record::Metadata(_)) {
                 payload.push(0);
                 assert_eq!(

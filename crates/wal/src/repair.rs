@@ -21,12 +21,8 @@ pub fn truncate_torn_tail(path: &Path, offset: u64, damage: &Corruption) -> Resu
         .write(true)
         .open(path)
         .map_err(|e| Error::io("open torn segment", path, e))?;
-    let file_bytes = file
-        .metadata()
-        .map_err(|e| Error::io("stat", path, e))?
-        .len();
-    file.set_len(offset)
-        .map_err(|e| Error::io("truncate", path, e))?;
+    let file_bytes = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+    file.set_len(offset).map_err(|e| Error::io("truncate", path, e))?;
     sync::preallocate(&file, file_bytes).map_err(|e| Error::io("preallocate", path, e))?;
     sync::fdatasync(&file).map_err(|e| Error::io("fdatasync", path, e))?;
     let dir = path.parent().unwrap_or(Path::new("."));

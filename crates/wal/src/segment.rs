@@ -23,10 +23,7 @@ pub struct SegmentName {
 
 impl SegmentName {
     pub fn file_name(&self) -> String {
-        format!(
-            "{:016x}-{:016x}{SEGMENT_SUFFIX}",
-            self.seq, self.first_index
-        )
+        format!("{:016x}-{:016x}{SEGMENT_SUFFIX}", self.seq, self.first_index)
     }
 
     pub fn path(&self, dir: &Path) -> PathBuf {

@@ -12,26 +12,20 @@ use std::path::Path;
 
 /// `fdatasync(2)`: the file's data and the metadata needed to read it back.
 pub fn fdatasync(file: &File) -> io::Result<()> {
-    fail::fail_point!("wal::fdatasync", |_| Err(io::Error::other(
-        "failpoint wal::fdatasync"
-    )));
+    fail::fail_point!("wal::fdatasync", |_| Err(io::Error::other("failpoint wal::fdatasync")));
     file.sync_data()
 }
 
 /// Writes all of `bytes` at `offset` (positioned, so the file cursor is
 /// never part of the state).
 pub fn write_all_at(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
-    fail::fail_point!("wal::write", |_| Err(io::Error::other(
-        "failpoint wal::write"
-    )));
+    fail::fail_point!("wal::write", |_| Err(io::Error::other("failpoint wal::write")));
     file.write_all_at(bytes, offset)
 }
 
 /// Makes the directory's entries (created, renamed, removed files) durable.
 pub fn fsync_dir(dir: &Path) -> io::Result<()> {
-    fail::fail_point!("wal::fsync_dir", |_| Err(io::Error::other(
-        "failpoint wal::fsync_dir"
-    )));
+    fail::fail_point!("wal::fsync_dir", |_| Err(io::Error::other("failpoint wal::fsync_dir")));
     File::open(dir)?.sync_all()
 }
 

@@ -81,19 +81,9 @@ impl Wal {
         if !segment::list(dir)?.is_empty() {
             return Err(Error::AlreadyExists(dir.to_path_buf()));
         }
-        let name = SegmentName {
-            seq: 0,
-            first_index: 0,
-        };
+        let name = SegmentName { seq: 0, first_index: 0 };
         let hard_state = HardState::default();
-        let (tail, crc) = segment::create(
-            dir,
-            name,
-            options.segment_size_bytes,
-            0,
-            metadata,
-            &hard_state,
-        )?;
+        let (tail, crc) = segment::create(dir, name, options.segment_size_bytes, 0, metadata, &hard_state)?;
         Ok(Wal {
             dir: dir.to_path_buf(),
             _lock: lock,
@@ -114,12 +104,9 @@ impl Wal {
     pub fn exists(dir: &Path) -> bool {
         fs::read_dir(dir)
             .map(|entries| {
-                entries.flatten().any(|e| {
-                    e.file_name()
-                        .to_str()
-                        .and_then(SegmentName::parse)
-                        .is_some()
-                })
+                entries
+                    .flatten()
+                    .any(|e| e.file_name().to_str().and_then(SegmentName::parse).is_some())
             })
             .unwrap_or(false)
     }
@@ -179,10 +166,9 @@ impl Wal {
         }
         self.buffer.clear();
         for entry in entries {
-            self.encoder
-                .encode_with(record::TYPE_ENTRY, &mut self.buffer, |out| {
-                    record::encode_entry_payload(entry.index, entry.term, &entry.data, out)
-                });
+            self.encoder.encode_with(record::TYPE_ENTRY, &mut self.buffer, |out| {
+                record::encode_entry_payload(entry.index, entry.term, &entry.data, out)
+            });
         }
         if let Some(hard_state) = hard_state {
             self.encoder
@@ -221,11 +207,7 @@ impl Wal {
     /// leaves a contiguous run of segments.
     pub fn release_to(&mut self, index: u64) -> Result<usize> {
         self.check_usable()?;
-        let Some(keep_from) = self
-            .segments
-            .iter()
-            .rposition(|name| name.first_index <= index)
-        else {
+        let Some(keep_from) = self.segments.iter().rposition(|name| name.first_index <= index) else {
             return Ok(0);
         };
         if keep_from == 0 {

@@ -45,11 +45,7 @@ fn check(layout: &Layout, case: &Case) {
                 replay.repaired
             );
             if let Some(report) = &replay.repaired {
-                assert!(
-                    report.broken_copy.exists(),
-                    "{}: keeps a .broken copy",
-                    case.name
-                );
+                assert!(report.broken_copy.exists(), "{}: keeps a .broken copy", case.name);
             }
             // The recovered log takes writes and replays them.
             let next = common::entry(*entries as u64 + 1, 2, PAYLOAD_BYTES);
@@ -58,11 +54,7 @@ fn check(layout: &Layout, case: &Case) {
             let (_, again) = open_all(dir.path()).unwrap();
             assert_eq!(again.entries.len(), entries + 1, "{}", case.name);
             assert_eq!(again.entries.last(), Some(&next), "{}", case.name);
-            assert!(
-                again.repaired.is_none(),
-                "{}: second open is clean",
-                case.name
-            );
+            assert!(again.repaired.is_none(), "{}: second open is clean", case.name);
         }
         (Expect::Refuse(matches), Err(error)) => {
             assert!(matches(&error), "{}: unexpected error {error}", case.name);
@@ -93,16 +85,11 @@ fn truncate(path: &Path, length: u64) {
 
 fn zero(path: &Path, start: u64, end: u64) {
     let file = OpenOptions::new().write(true).open(path).unwrap();
-    file.write_all_at(&vec![0; (end - start) as usize], start)
-        .unwrap();
+    file.write_all_at(&vec![0; (end - start) as usize], start).unwrap();
 }
 
 fn flip_bit(path: &Path, offset: u64, bit: u8) {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
+    let file = OpenOptions::new().read(true).write(true).open(path).unwrap();
     let mut byte = [0u8];
     file.read_exact_at(&mut byte, offset).unwrap();
     byte[0] ^= 1 << bit;
@@ -143,19 +130,13 @@ fn single_segment_damage_table() {
     // onto preallocated space leaves it. Every record reaching into that
     // sector is lost, and only those.
     let sector_start = (last.end - 1) / 512 * 512;
-    let survivors = layout
-        .placements
-        .iter()
-        .take_while(|p| p.end <= sector_start)
-        .count();
+    let survivors = layout.placements.iter().take_while(|p| p.end <= sector_start).count();
     let straddles = layout.placements[survivors].start < sector_start;
     {
         let segment = last.segment.clone();
         cases.push(Case {
             name: "last sector zeroed".into(),
-            damage: Box::new(move |dir| {
-                zero(&in_copy(dir, &segment), sector_start, sector_start + 512)
-            }),
+            damage: Box::new(move |dir| zero(&in_copy(dir, &segment), sector_start, sector_start + 512)),
             expect: Expect::Prefix {
                 entries: survivors,
                 repaired: straddles,
@@ -177,9 +158,7 @@ fn single_segment_damage_table() {
             name: format!("bit flipped in a middle record's {what}"),
             damage: Box::new(move |dir| flip_bit(&in_copy(dir, &segment), offset, 3)),
             expect: Expect::Refuse(Box::new(move |e| {
-                is_corrupt_at(e, record_start, |c| {
-                    matches!(c, Corruption::CrcMismatch { .. })
-                })
+                is_corrupt_at(e, record_start, |c| matches!(c, Corruption::CrcMismatch { .. }))
             })),
         });
     }
@@ -236,18 +215,8 @@ fn multi_segment_damage_table() {
     let count = 60;
     let layout = Layout::write(count, PAYLOAD_BYTES, 4096);
     let segments = layout.segments();
-    assert!(
-        segments.len() >= 4,
-        "need several segments, got {}",
-        segments.len()
-    );
-    let in_segment = |segment: &Path| {
-        layout
-            .placements
-            .iter()
-            .filter(|p| p.segment == segment)
-            .count()
-    };
+    assert!(segments.len() >= 4, "need several segments, got {}", segments.len());
+    let in_segment = |segment: &Path| layout.placements.iter().filter(|p| p.segment == segment).count();
     let last = layout.placements.last().unwrap().clone();
     let first_middle = layout
         .placements
@@ -263,13 +232,8 @@ fn multi_segment_damage_table() {
             name: "missing middle segment".into(),
             damage: Box::new(move |dir| fs::remove_file(in_copy(dir, &missing)).unwrap()),
             expect: Expect::Refuse(Box::new(move |e| {
-                matches!(
-                    e,
-                    Error::MissingSegment {
-                        expected_seq: 1,
-                        ..
-                    }
-                ) && e.to_string().contains("0000000000000000-")
+                matches!(e, Error::MissingSegment { expected_seq: 1, .. })
+                    && e.to_string().contains("0000000000000000-")
             })),
         });
     }
@@ -314,7 +278,11 @@ fn multi_segment_damage_table() {
         cases.push(Case {
             name: "last record of a middle segment zeroed whole".into(),
             damage: Box::new(move |dir| {
-                zero(&in_copy(dir, &last_of_middle.segment), last_of_middle.start, last_of_middle.end)
+                zero(
+                    &in_copy(dir, &last_of_middle.segment),
+                    last_of_middle.start,
+                    last_of_middle.end,
+                )
             }),
             expect: Expect::Refuse(Box::new(move |e| {
                 matches!(e, Error::Corrupt { corruption: Corruption::ChainBroken { .. }, offset: 0, path }
@@ -356,9 +324,7 @@ fn multi_segment_damage_table() {
         cases.push(Case {
             name: "first segment released by hand: history is gone".into(),
             damage: Box::new(move |dir| fs::remove_file(in_copy(dir, &first)).unwrap()),
-            expect: Expect::Refuse(Box::new(move |e| {
-                matches!(e, Error::HistoryReleased { index: 0, .. })
-            })),
+            expect: Expect::Refuse(Box::new(move |e| matches!(e, Error::HistoryReleased { index: 0, .. }))),
         });
     }
     assert!(in_segment(&segments[1]) > 0);

@@ -40,16 +40,13 @@ enum Crash {
 }
 
 fn batch() -> impl Strategy<Value = Batch> {
-    (
-        0u64..3,
-        prop::collection::vec(0usize..700, 1..8),
-        any::<bool>(),
-    )
-        .prop_map(|(rewind, payload_bytes, commit)| Batch {
+    (0u64..3, prop::collection::vec(0usize..700, 1..8), any::<bool>()).prop_map(|(rewind, payload_bytes, commit)| {
+        Batch {
             rewind,
             payload_bytes,
             commit,
-        })
+        }
+    })
 }
 
 fn crash() -> impl Strategy<Value = Crash> {

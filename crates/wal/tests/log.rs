@@ -37,10 +37,7 @@ fn save_replay_and_suffix_rewrite() {
     assert_eq!(replay.hard_state, hard_state(2, 8));
     assert_eq!(replay.metadata, b"ids");
     assert_eq!(log.last_index(), 8);
-    assert!(
-        log.sync_latency_us().is_empty(),
-        "a fresh handle has synced nothing"
-    );
+    assert!(log.sync_latency_us().is_empty(), "a fresh handle has synced nothing");
 }
 
 // Goal: replay from a snapshot position returns only later entries and
@@ -108,18 +105,9 @@ fn snapshot_past_the_log() {
     };
     log.save_snapshot(&snapshot).unwrap();
     assert_eq!(log.last_index(), 500);
-    log.save(&[entry(501, 3, 10)], Some(&hard_state(3, 501)))
-        .unwrap();
+    log.save(&[entry(501, 3, 10)], Some(&hard_state(3, 501))).unwrap();
     drop(log);
-    let (log, replay) = Wal::open(
-        dir.path(),
-        small(),
-        SnapshotPosition {
-            index: 500,
-            term: 3,
-        },
-    )
-    .unwrap();
+    let (log, replay) = Wal::open(dir.path(), small(), SnapshotPosition { index: 500, term: 3 }).unwrap();
     assert_eq!(replay.entries, vec![entry(501, 3, 10)]);
     assert_eq!(log.last_index(), 501);
 }
@@ -143,10 +131,7 @@ fn refusals() {
         term: 1,
         data: vec![1; wal::frame::RECORD_BODY_BYTES_MAX],
     };
-    assert!(matches!(
-        log.save(&[huge], None),
-        Err(Error::RecordTooLarge { .. })
-    ));
+    assert!(matches!(log.save(&[huge], None), Err(Error::RecordTooLarge { .. })));
     assert!(!log.is_poisoned(), "a refused record is not a disk failure");
     log.save(&[entry(1, 1, 10)], None).unwrap();
     drop(log);

@@ -22,10 +22,7 @@ fn scenario(failpoint: &str, segment_size_bytes: u64) {
         .expect_err(failpoint);
     fail::remove(failpoint);
     assert!(matches!(error, Error::Io { .. }), "{failpoint}: {error}");
-    assert!(
-        error.to_string().contains("failpoint"),
-        "{failpoint}: {error}"
-    );
+    assert!(error.to_string().contains("failpoint"), "{failpoint}: {error}");
     assert!(log.is_poisoned(), "{failpoint}");
 
     // The disk works again; the log still refuses.
@@ -34,20 +31,12 @@ fn scenario(failpoint: &str, segment_size_bytes: u64) {
         log.save_snapshot(&wal::SnapshotMeta::default()),
         log.release_to(0).map(|_| ()),
     ] {
-        assert!(
-            matches!(attempt, Err(Error::Poisoned)),
-            "{failpoint}: {attempt:?}"
-        );
+        assert!(matches!(attempt, Err(Error::Poisoned)), "{failpoint}: {attempt:?}");
     }
     drop(log);
 
     // Reopening recovers at least the save that returned, never entry 3.
-    let (_, replay) = Wal::open(
-        dir.path(),
-        Options { segment_size_bytes },
-        SnapshotPosition::default(),
-    )
-    .unwrap();
+    let (_, replay) = Wal::open(dir.path(), Options { segment_size_bytes }, SnapshotPosition::default()).unwrap();
     assert!(!replay.entries.is_empty(), "{failpoint}");
     assert_eq!(replay.entries[0], common::entry(1, 1, 100), "{failpoint}");
     assert!(replay.entries.len() <= 2, "{failpoint}");

@@ -70,8 +70,7 @@ fn child_writer() {
             break;
         }
         let entries: Vec<Entry> = (last + 1..=last + 1 + batch % 8).map(entry_for).collect();
-        log.save(&entries, Some(&common::hard_state(1, last)))
-            .unwrap();
+        log.save(&entries, Some(&common::hard_state(1, last))).unwrap();
         last = entries.last().unwrap().index;
         let mut out = stdout.lock();
         writeln!(out, "synced {last}").unwrap();
@@ -132,8 +131,5 @@ fn sigkill_loses_no_synced_save() {
         }
         drop(log);
     }
-    assert!(
-        common::segments(dir.path()).len() > 1,
-        "kills should span segment cuts"
-    );
+    assert!(common::segments(dir.path()).len() > 1, "kills should span segment cuts");
 }

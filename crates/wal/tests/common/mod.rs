@@ -10,9 +10,7 @@ use wal::{Entry, HardState, Options, SnapshotPosition, Wal};
 /// in any 512-byte piece, so damage to it is never mistaken for a torn
 /// write unless the test zeroes it on purpose.
 pub fn payload(index: u64, bytes: usize) -> Vec<u8> {
-    (0..bytes)
-        .map(|i| (index as usize * 31 + i * 7) as u8 | 1)
-        .collect()
+    (0..bytes).map(|i| (index as usize * 31 + i * 7) as u8 | 1).collect()
 }
 
 pub fn entry(index: u64, term: u64, bytes: usize) -> Entry {
@@ -55,11 +53,7 @@ impl Layout {
             } else {
                 file_data_end(&segment, start)
             };
-            placements.push(Placement {
-                segment,
-                start,
-                end,
-            });
+            placements.push(Placement { segment, start, end });
             entries.push(entry);
         }
         Layout {
@@ -88,11 +82,7 @@ pub fn tail(log: &Wal) -> (PathBuf, u64) {
 /// Where the single frame written at `start` ends, read from its length word.
 fn file_data_end(segment: &Path, start: u64) -> u64 {
     let bytes = std::fs::read(segment).unwrap();
-    let word = u64::from_le_bytes(
-        bytes[start as usize..start as usize + 8]
-            .try_into()
-            .unwrap(),
-    );
+    let word = u64::from_le_bytes(bytes[start as usize..start as usize + 8].try_into().unwrap());
     let (body, padding) = wal::frame::parse_length_word(word).unwrap();
     start + 8 + (body + padding) as u64
 }
@@ -124,9 +114,5 @@ pub fn copy_dir(from: &Path) -> tempfile::TempDir {
 }
 
 pub fn hard_state(term: u64, commit: u64) -> HardState {
-    HardState {
-        term,
-        vote: 1,
-        commit,
-    }
+    HardState { term, vote: 1, commit }
 }

@@ -1,0 +1,184 @@
+//! A 3-member cluster of real processes on loopback, for integration
+//! tests: this project's kv-server or a real etcd, started with the same
+//! etcd flags. Members can be killed with SIGKILL and restarted on their
+//! data directories.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a cluster may take to report every member healthy.
+pub const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
+
+/// The binary of this project's server, built by cargo for the tests.
+pub fn kv_server() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kv-server"))
+}
+
+/// A tool from etcd's release, from its environment variable or the cache
+/// `../shared/peers/build.sh` fills. Fails the test when missing: CI
+/// builds them first (see `.ci/run`).
+pub fn etcd_tool(variable: &str, name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(variable) {
+        return PathBuf::from(path);
+    }
+    let cached = PathBuf::from(std::env::var("HOME").unwrap_or_default())
+        .join(".cache/etcd-peers")
+        .join(name);
+    assert!(
+        cached.exists(),
+        "{name} not found: set {variable} or run ../shared/peers/build.sh (CI does this in .ci/run)"
+    );
+    cached
+}
+
+pub struct Member {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    pub child: Option<Child>,
+}
+
+impl Member {
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+}
+
+pub struct Cluster {
+    pub binary: PathBuf,
+    pub dir: PathBuf,
+    pub members: Vec<Member>,
+    pub extra: Vec<String>,
+}
+
+impl Cluster {
+    /// Starts three members with client ports `base`, `base + 10`,
+    /// `base + 20` and peer ports one above each, and waits until healthy.
+    pub fn start(binary: &Path, dir: &Path, base: u16, extra: &[&str]) -> Cluster {
+        let members = (0..3u16)
+            .map(|i| Member {
+                name: format!("infra{}", i + 1),
+                client_port: base + 10 * i,
+                peer_port: base + 10 * i + 1,
+                child: None,
+            })
+            .collect();
+        let mut cluster = Cluster {
+            binary: binary.to_path_buf(),
+            dir: dir.to_path_buf(),
+            members,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for i in 0..3 {
+            cluster.spawn(i);
+        }
+        cluster.wait_healthy(&[0, 1, 2]);
+        cluster
+    }
+
+    pub fn endpoints(&self) -> String {
+        self.members.iter().map(Member::endpoint).collect::<Vec<_>>().join(",")
+    }
+
+    fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn spawn(&mut self, i: usize) {
+        let initial_cluster = self.initial_cluster();
+        let member = &self.members[i];
+        let client = format!("http://127.0.0.1:{}", member.client_port);
+        let peer = format!("http://127.0.0.1:{}", member.peer_port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{}.log", member.name)))
+            .expect("log file");
+        let child = Command::new(&self.binary)
+            .args(["--name", &member.name])
+            .arg("--data-dir")
+            .arg(self.dir.join(&member.name))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args([
+                "--initial-cluster",
+                &initial_cluster,
+                "--initial-cluster-token",
+                "test-cluster",
+            ])
+            .args(["--initial-cluster-state", "new"])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start member");
+        self.members[i].child = Some(child);
+    }
+
+    /// SIGKILL, no chance to flush anything.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            child.kill().expect("kill");
+            child.wait().expect("reap");
+        }
+    }
+
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+        self.wait_healthy(&[i]);
+    }
+
+    pub fn wait_healthy(&self, which: &[usize]) {
+        let deadline = Instant::now() + HEALTHY_WITHIN;
+        loop {
+            if which.iter().all(|&i| healthy(self.members[i].client_port)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "members {which:?} not healthy; logs in {}",
+                self.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn stop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// GET /health over a plain TCP connection.
+pub fn healthy(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.contains("\"health\":\"true\"")
+}
