@@ -25,10 +25,7 @@ pub const ATTRIBUTES_FILE: &str = "member/attributes.json";
 
 pub enum ApplyInput {
     Entries(Vec<Entry>),
-    Read {
-        index: u64,
-        waiters: Vec<ReadWaiter>,
-    },
+    Read { index: u64, waiters: Vec<ReadWaiter> },
 }
 
 pub fn run(state: Arc<MemberState>, inputs: Receiver<ApplyInput>) {
