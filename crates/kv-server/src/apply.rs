@@ -93,7 +93,19 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
     if last_index <= already {
         return;
     }
-    let requests: Vec<mvcc::WriteRequest> = pending.iter().filter_map(|p| p.request.clone().ok()).collect();
+    // Requests go to the store by move; each pending item remembers
+    // whether it produced one, so results are matched back in order.
+    let mut requests = Vec::with_capacity(pending.len());
+    let mut outcomes = Vec::with_capacity(pending.len());
+    for item in pending {
+        match item.request {
+            Ok(request) => {
+                requests.push(request);
+                outcomes.push((item.owner, None));
+            }
+            Err(error) => outcomes.push((item.owner, Some(error))),
+        }
+    }
     let mut applied = match state.store.apply(last_index, &requests) {
         Ok(applied) => applied.into_iter(),
         Err(error) => {
@@ -101,16 +113,16 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
             std::process::exit(1);
         }
     };
-    for item in pending {
-        let result = match item.request {
-            Ok(_) => Ok(applied.next().expect("one result per request")),
-            Err(error) => Ok(mvcc::Applied {
+    for (owner, refused) in outcomes {
+        let result = match refused {
+            None => applied.next().expect("one result per request"),
+            Some(error) => mvcc::Applied {
                 response: Err(error),
                 events: Vec::new(),
-            }),
+            },
         };
-        if let Some(sequence) = item.owner {
-            state.answer(sequence, result);
+        if let Some(sequence) = owner {
+            state.answer(sequence, Ok(result));
         }
     }
     state.applied_index.store(last_index, Ordering::Release);

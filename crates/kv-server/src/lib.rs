@@ -12,6 +12,7 @@
 //! - [`transport`]: peer gRPC streams carrying raft messages as bytes.
 //! - [`kv_service`], [`cluster_service`], [`maintenance_service`]: etcd's
 //!   gRPC services; [`http`]: `/health` and `/version`.
+//! - [`allocator`]: mimalloc's settings;
 //! - [`state`]: what the parts share; [`convert`]: wire types to store
 //!   types; [`errors`]: etcd's server errors; [`slog_bridge`]: raft-rs
 //!   logs into tracing; [`proto`]: generated code.
@@ -25,6 +26,7 @@
 //! stage applies the committed batch to the store in one sled batch and
 //! answers the waiter with the store's response.
 
+pub mod allocator;
 pub mod apply;
 pub mod cluster_service;
 pub mod config;

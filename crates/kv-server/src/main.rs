@@ -4,6 +4,7 @@
 use clap::Parser;
 
 fn main() {
+    kv_server::allocator::tune();
     let config = kv_server::config::Config::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
@@ -17,3 +18,8 @@ fn main() {
         std::process::exit(1);
     }
 }
+
+/// mimalloc instead of the system allocator; why, and its settings, are in
+/// `allocator.rs`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

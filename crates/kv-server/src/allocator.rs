@@ -1,0 +1,47 @@
+//! The member's allocator settings. The binary uses mimalloc (see
+//! `main.rs`): under etcd's put benchmark glibc's malloc took a quarter of
+//! the leader's CPU, and mimalloc raised throughput by about 15 % in
+//! side-by-side runs (2026-11-22).
+//!
+//! With mimalloc's defaults a loaded leader sat near 200 MB RSS, against
+//! 122 MB with glibc: arenas are committed eagerly, which lets the kernel
+//! back them with transparent huge pages, and freed memory is kept for a
+//! second before it is returned. Built with mimalloc's `no_thp` feature
+//! and with the two options below, the leader measured 124 MB at the same
+//! throughput.
+
+/// `mi_option_arena_eager_commit` in mimalloc v3's `mi_option_t`.
+const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+/// `mi_option_purge_delay` in mimalloc v3's `mi_option_t`.
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Commit arena memory only when used, and return freed memory at once.
+pub fn tune() {
+    // SAFETY: mi_option_set only stores an integer in mimalloc's option
+    // table; both option numbers are checked against their documented
+    // defaults in the test below.
+    unsafe {
+        libmimalloc_sys::mi_option_set(ARENA_EAGER_COMMIT, 0);
+        libmimalloc_sys::mi_option_set(PURGE_DELAY, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: the option numbers name the options meant. Method: read each
+    // one before changing it; mimalloc v3 (the version built) documents
+    // arena_eager_commit's default as 2 and purge_delay's as 1000 (ms).
+    #[test]
+    fn option_numbers_name_the_intended_options() {
+        // SAFETY: reads an integer from mimalloc's option table.
+        let (eager, delay) = unsafe {
+            (
+                libmimalloc_sys::mi_option_get(ARENA_EAGER_COMMIT),
+                libmimalloc_sys::mi_option_get(PURGE_DELAY),
+            )
+        };
+        assert_eq!((eager, delay), (2, 1000));
+    }
+}
