@@ -161,9 +161,12 @@ impl Node {
         }
     }
 
-    /// One ReadIndex for every read that arrived since the last one.
+    /// One ReadIndex for every read that arrived since the last one. Only
+    /// one is in flight at a time, as in etcd: reads arriving meanwhile
+    /// wait and share the next, so a busy member sends one heartbeat round
+    /// per batch, not one per read.
     fn issue_reads(&mut self) {
-        if self.pending_reads.is_empty() {
+        if self.pending_reads.is_empty() || !self.reads_in_flight.is_empty() {
             return;
         }
         let context = self.next_read_context;
