@@ -180,7 +180,17 @@ impl Node {
                 created: now,
             },
         );
-        self.raw.read_index(context.to_be_bytes().to_vec());
+        self.raw.read_index(self.read_context_bytes(context));
+    }
+
+    /// A ReadIndex context as raft sees it: this member's id, then the
+    /// batch number. The leader keeps pending ReadIndex requests by context
+    /// and silently drops one whose context is already pending, so contexts
+    /// must be unique across members, not only within one.
+    fn read_context_bytes(&self, context: u64) -> Vec<u8> {
+        let mut bytes = self.state.member_id().to_be_bytes().to_vec();
+        bytes.extend_from_slice(&context.to_be_bytes());
+        bytes
     }
 
     fn retry_reads(&mut self) {
@@ -204,7 +214,7 @@ impl Node {
             if let Some(batch) = self.reads_in_flight.get_mut(&context) {
                 batch.issued = now;
             }
-            self.raw.read_index(context.to_be_bytes().to_vec());
+            self.raw.read_index(self.read_context_bytes(context));
         }
     }
 
@@ -247,8 +257,12 @@ impl Node {
 
         // 5. Read states: each answers one batch of reads once applied.
         for read_state in ready.take_read_states() {
-            let context = read_state.request_ctx.as_slice().try_into().map(u64::from_be_bytes);
-            if let Some(batch) = context.ok().and_then(|c| self.reads_in_flight.remove(&c)) {
+            let context = read_state
+                .request_ctx
+                .strip_prefix(&self.state.member_id().to_be_bytes()[..])
+                .and_then(|rest| rest.try_into().ok())
+                .map(u64::from_be_bytes);
+            if let Some(batch) = context.and_then(|c| self.reads_in_flight.remove(&c)) {
                 self.send_apply(ApplyInput::Read {
                     index: read_state.index,
                     waiters: batch.waiters,

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Side by side, in one run: etcd's own benchmark tool against a real etcd
+# v3.5.17 3-member cluster and then against this project's 3-member
+# cluster, both on loopback with the same flags, 1000 clients over 100
+# connections:
+#   put    8-byte sequential keys, 256-byte values, to the leader
+#   range  linearizable, then serializable, over all members
+# Prints Requests/sec, average and p99 latency, the largest member RSS
+# after the puts, the error count, and kv-server's ratio to etcd.
+#   scripts/compare-etcd.sh [TOTAL]      (default 100000, etcd's documented size)
+# Needs etcd's tools (../shared/peers/build.sh, or ETCD_BIN and
+# ETCD_BENCHMARK_BIN) and a release build of kv-server (built here).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+total=${1:-100000}
+if [ -z "${ETCD_BIN:-}" ] || [ -z "${ETCD_BENCHMARK_BIN:-}" ]; then
+    peers=$(bash ../shared/peers/build.sh | tail -n 1)
+    ETCD_BIN=${ETCD_BIN:-$peers/etcd}
+    ETCD_BENCHMARK_BIN=${ETCD_BENCHMARK_BIN:-$peers/etcd-benchmark}
+fi
+cargo build --release -p kv-server >&2
+work=$(mktemp -d)
+trap 'scripts/local-cluster.sh stop "$work/etcd" || true; scripts/local-cluster.sh stop "$work/kv-server" || true; rm -rf "$work"' EXIT
+endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
+
+row() {  # server workload report rss
+    local qps avg p99 errors
+    qps=$(echo "$3" | awk '/Requests\/sec:/ {print $2}')
+    avg=$(echo "$3" | awk '/Average:/ {print $2}')
+    p99=$(echo "$3" | awk '/ 99% in/ {print $3}')
+    errors=$(echo "$3" | grep -c "Error distribution" || true)
+    printf '%-10s %-14s %12s %10s %10s %8s %7s\n' "$1" "$2" "$qps" "$avg" "$p99" "$4" "$errors"
+    echo "$qps" > "$work/$1.$2"
+}
+
+measure() {  # server binary
+    local name=$1 binary=$2 dir="$work/$1"
+    scripts/local-cluster.sh start "$binary" "$dir"
+    local report rss=0 pid member_rss
+    report=$("$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
+        put --key-size=8 --sequential-keys --val-size=256 --total="$total" 2>&1)
+    while read -r pid; do
+        member_rss=$(ps -o rss= -p "$pid" | tr -d ' ')
+        [ "${member_rss:-0}" -gt "$rss" ] && rss=$member_rss
+    done < "$dir/pids"
+    row "$name" put "$report" "$((rss / 1024))"
+    for consistency in l s; do
+        report=$("$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --conns=100 --clients=1000 \
+            range foo --consistency=$consistency --total="$total" 2>&1)
+        row "$name" "range-$consistency" "$report" "-"
+    done
+    scripts/local-cluster.sh stop "$dir"
+}
+
+printf '1000 clients over 100 conns, %s requests per row, 3 members on loopback, %s\n' "$total" "$(date -u +%F)"
+printf '%-10s %-14s %12s %10s %10s %8s %7s\n' server workload requests/s "avg (s)" "p99 (s)" "RSS MB" errors
+measure etcd "$ETCD_BIN"
+measure kv-server target/release/kv-server
+for workload in put range-l range-s; do
+    awk -v a="$(cat "$work/kv-server.$workload")" -v b="$(cat "$work/etcd.$workload")" -v w="$workload" \
+        'BEGIN { printf "ratio kv-server / etcd, %-8s %.2f\n", w, a / b }'
+done
