@@ -12,6 +12,8 @@ use clap::Parser;
 
 /// etcd's default `--max-request-bytes`: 1.5 MiB.
 pub const MAX_REQUEST_BYTES_DEFAULT: usize = 1_572_864;
+/// etcd's default `--quota-backend-bytes`: 2 GiB.
+pub const QUOTA_BACKEND_BYTES_DEFAULT: u64 = 2 << 30;
 /// gRPC accepts this much more than `--max-request-bytes` on the wire
 /// before refusing a message outright, as etcd does (512 KiB of headroom),
 /// so an oversized request reaches the server's own size check and gets
@@ -61,6 +63,10 @@ pub struct Config {
     /// Largest client request accepted, in bytes.
     #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = MAX_REQUEST_BYTES_DEFAULT)]
     pub max_request_bytes: usize,
+    /// Raise an alarm and refuse writes that would grow the store past
+    /// this many bytes.
+    #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = QUOTA_BACKEND_BYTES_DEFAULT)]
+    pub quota_backend_bytes: u64,
     /// Most operations in one txn list.
     #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = mvcc::validate::MAX_TXN_OPS_DEFAULT)]
     pub max_txn_ops: usize,

@@ -27,3 +27,7 @@ pub fn request_too_large() -> Status {
 pub fn stopped() -> Status {
     Status::unavailable("etcdserver: server stopped")
 }
+
+pub fn no_space() -> Status {
+    Status::resource_exhausted("etcdserver: mvcc: database space exceeded")
+}

@@ -5,6 +5,7 @@
 //! ReadIndex round (shared by every read waiting at that moment) and for
 //! the member to apply up to it; serializable ranges read locally.
 
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,11 @@ use crate::proto::etcdserverpb as pb;
 use crate::proto::etcdserverpb::kv_server::Kv;
 use crate::proto::kvserverpb::{raft_request, RaftRequest};
 use crate::state::MemberState;
+
+/// etcd's bound on how far applying may fall behind committing, in
+/// entries: past it, new proposals are refused with "too many requests"
+/// so the backlog drains instead of growing.
+pub const APPLY_LAG_ENTRIES_MAX: u64 = 5000;
 
 /// How long a client waits for its write to apply or its read index to
 /// come back before getting etcd's "request timed out": etcd waits 5 s
@@ -59,9 +65,27 @@ fn check_txn_leases(txn: &mvcc::TxnRequest) -> Result<(), Status> {
     Ok(())
 }
 
+/// Bytes a txn's puts would add, over both branches.
+fn txn_put_bytes(txn: &mvcc::TxnRequest) -> usize {
+    txn.success
+        .iter()
+        .chain(&txn.failure)
+        .map(|op| match op {
+            mvcc::RequestOp::Put(put) => put.key.len() + put.value.len(),
+            mvcc::RequestOp::Txn(nested) => txn_put_bytes(nested),
+            _ => 0,
+        })
+        .sum()
+}
+
 impl KvService {
     /// Proposes a write and waits until it is applied here.
     pub async fn propose(&self, request: raft_request::Request) -> Result<mvcc::WriteResponse, Status> {
+        let committed = self.state.committed_index.load(Ordering::Acquire);
+        let applied = self.state.applied_index.load(Ordering::Acquire);
+        if committed.saturating_sub(applied) > APPLY_LAG_ENTRIES_MAX {
+            return Err(errors::too_many_requests());
+        }
         let (sequence, answer) = self.state.register();
         let data = RaftRequest {
             member: self.state.member_id(),
@@ -102,6 +126,17 @@ impl KvService {
         }
     }
 
+    /// etcd's quota: a write that adds data is refused once the store has
+    /// reached `--quota-backend-bytes`. Deletes and compactions still go
+    /// through, so space can be won back.
+    fn check_quota(&self, added_bytes: usize) -> Result<(), Status> {
+        let size = self.state.disk_bytes.load(Ordering::Acquire);
+        if size + added_bytes as u64 > self.state.config.quota_backend_bytes {
+            return Err(errors::no_space());
+        }
+        Ok(())
+    }
+
     fn header(&self, revision: i64) -> Option<pb::ResponseHeader> {
         self.state.header_fields().header(revision)
     }
@@ -130,6 +165,7 @@ impl Kv for KvService {
         let request = request.into_inner();
         mvcc::validate::check_put(&convert::put_request(request.clone())).map_err(|e| convert::status(&e))?;
         check_no_lease(request.lease)?;
+        self.check_quota(request.key.len() + request.value.len())?;
         match self.propose(raft_request::Request::Put(request)).await? {
             mvcc::WriteResponse::Put(response) => {
                 let header = self.header(response.revision);
@@ -161,6 +197,10 @@ impl Kv for KvService {
         let checked = convert::txn_request(request.clone()).map_err(|e| convert::status(&e))?;
         mvcc::validate::check_txn(&checked, self.state.config.max_txn_ops).map_err(|e| convert::status(&e))?;
         check_txn_leases(&checked)?;
+        let put_bytes = txn_put_bytes(&checked);
+        if put_bytes > 0 {
+            self.check_quota(put_bytes)?;
+        }
         match self.propose(raft_request::Request::Txn(request)).await? {
             mvcc::WriteResponse::Txn(response) => {
                 let header = self.header(response.revision);

@@ -30,6 +30,11 @@ pub const STORE_DIR: &str = "member/kv";
 
 /// How often the gRPC health status follows whether a leader is known.
 const HEALTH_POLL: Duration = Duration::from_millis(100);
+/// How often the store's size on disk is sampled for the quota. sled
+/// lists its blob directory to answer, too costly per write; a write can
+/// overshoot the quota by what 100 ms of writes add, as etcd's can by what
+/// its backend buffers between commits.
+const DISK_SIZE_SAMPLE: Duration = Duration::from_millis(100);
 /// Pause between attempts to publish this member's client URLs.
 const PUBLISH_RETRY: Duration = Duration::from_millis(500);
 
@@ -155,6 +160,17 @@ async fn serve(
                 serving = now;
             }
             tokio::time::sleep(HEALTH_POLL).await;
+        }
+    });
+
+    let size_state = state.clone();
+    tokio::spawn(async move {
+        loop {
+            match size_state.store.size_on_disk() {
+                Ok(bytes) => size_state.disk_bytes.store(bytes, std::sync::atomic::Ordering::Release),
+                Err(error) => tracing::warn!(%error, "could not read the store's size"),
+            }
+            tokio::time::sleep(DISK_SIZE_SAMPLE).await;
         }
     });
 

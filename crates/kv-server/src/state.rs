@@ -30,6 +30,9 @@ pub struct MemberState {
     /// 0 while no leader is known.
     pub leader: AtomicU64,
     pub committed_index: AtomicU64,
+    /// The store's size on disk, sampled by the server every 100 ms (the
+    /// quota check reads this instead of asking sled per write).
+    pub disk_bytes: AtomicU64,
     pub applied_index: AtomicU64,
     /// Clients waiting for their proposal to apply, by sequence number.
     pub waiters: Mutex<HashMap<u64, oneshot::Sender<ProposalResult>>>,
@@ -57,6 +60,7 @@ impl MemberState {
             term: AtomicU64::new(0),
             leader: AtomicU64::new(0),
             committed_index: AtomicU64::new(0),
+            disk_bytes: AtomicU64::new(0),
             applied_index: AtomicU64::new(0),
             waiters: Mutex::new(HashMap::new()),
             next_sequence: AtomicU64::new(start),
