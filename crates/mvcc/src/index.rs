@@ -50,27 +50,22 @@ pub struct TreeIndex {
 
 impl TreeIndex {
     pub fn put(&mut self, key: &[u8], revision: Revision) {
-        match self.keys.get_mut(key) {
-            Some(history) => history.put(revision),
-            None => {
-                let mut history = KeyIndex::default();
-                history.put(revision);
-                self.keys.insert(key.into(), history);
-            }
-        }
+        self.history_mut(key).put(revision);
     }
 
     /// Records a delete. Outside a rebuild the key is live; a rebuild may
     /// meet a tombstone that compaction kept as a key's first revision.
     pub fn tombstone(&mut self, key: &[u8], revision: Revision) {
-        match self.keys.get_mut(key) {
-            Some(history) => history.tombstone(revision),
-            None => {
-                let mut history = KeyIndex::default();
-                history.tombstone(revision);
-                self.keys.insert(key.into(), history);
-            }
+        self.history_mut(key).tombstone(revision);
+    }
+
+    /// The key's history, started empty if the key is new. Looks the key
+    /// up before inserting so that a present key costs no allocation.
+    fn history_mut(&mut self, key: &[u8]) -> &mut KeyIndex {
+        if self.keys.contains_key(key) {
+            return self.keys.get_mut(key).expect("present");
         }
+        self.keys.entry(key.into()).or_default()
     }
 
     /// The newest revision of `key`, if the index has the key.

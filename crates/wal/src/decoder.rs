@@ -69,64 +69,41 @@ pub fn decode_segment(
     let mut crc = 0;
     let mut seed = None;
     let mut records = 0;
-    loop {
-        let damage = match next_frame(bytes, offset) {
-            Frame::End => break,
-            Frame::Damaged(damage) => damage,
-            Frame::Body { body, frame_bytes } => match frame::check_body(body, crc) {
-                Ok((record, next_crc)) => {
-                    match (records, &record) {
-                        (0, Record::CrcSeed(value)) => {
-                            if let Some(expected) = expected_seed.filter(|expected| expected != value) {
-                                let broken = Corruption::ChainBroken {
-                                    expected,
-                                    found: *value,
-                                };
-                                return Err(corrupt(offset, broken));
-                            }
-                            seed = Some(*value)
-                        }
-                        (0, _) => return Err(corrupt(offset, Corruption::MissingSeed)),
-                        _ => {}
-                    }
-                    visit(offset as u64, record)?;
-                    crc = next_crc;
-                    records += 1;
-                    offset += frame_bytes;
-                    continue;
+    let damage = loop {
+        let (body, frame_bytes) = match next_frame(bytes, offset) {
+            Frame::End => break bytes_after_end(bytes, offset),
+            Frame::Damaged(damage) => break Some(damage),
+            Frame::Body { body, frame_bytes } => (body, frame_bytes),
+        };
+        let (record, next_crc) = match frame::check_body(body, crc) {
+            Ok(checked) => checked,
+            Err(damage) => break Some(damage),
+        };
+        match (records, &record) {
+            (0, Record::CrcSeed(value)) => {
+                if let Some(expected) = expected_seed.filter(|expected| expected != value) {
+                    let broken = Corruption::ChainBroken {
+                        expected,
+                        found: *value,
+                    };
+                    return Err(corrupt(offset, broken));
                 }
-                Err(damage) => damage,
-            },
-        };
-        let torn = is_last && records >= HEADER_RECORDS && is_torn(bytes, offset, &damage);
-        if !torn {
-            return Err(corrupt(offset, damage));
+                seed = Some(*value)
+            }
+            (0, _) => return Err(corrupt(offset, Corruption::MissingSeed)),
+            _ => {}
         }
-        return Ok(SegmentEnd {
-            offset: offset as u64,
-            crc,
-            seed: seed.expect("header was read"),
-            torn: Some(damage),
-        });
-    }
-    // Past the end only zeros belong. A torn write can leave later sectors
-    // of a batch written after an earlier one that was not, so in the last
-    // segment stray bytes are a torn tail and are zeroed by repair.
-    if let Some(stray) = bytes[offset..].iter().position(|&b| b != 0) {
-        let damage = Corruption::BytesAfterEnd {
-            first_nonzero: (offset + stray) as u64,
-        };
-        if !(is_last && records >= HEADER_RECORDS) {
-            return Err(corrupt(offset, damage));
+        visit(offset as u64, record)?;
+        crc = next_crc;
+        records += 1;
+        offset += frame_bytes;
+    };
+    if let Some(damage) = &damage {
+        let tail_may_tear = is_last && records >= HEADER_RECORDS;
+        if !(tail_may_tear && is_torn(bytes, offset, damage)) {
+            return Err(corrupt(offset, damage.clone()));
         }
-        return Ok(SegmentEnd {
-            offset: offset as u64,
-            crc,
-            seed: seed.expect("header was read"),
-            torn: Some(damage),
-        });
-    }
-    if records < HEADER_RECORDS {
+    } else if records < HEADER_RECORDS {
         let corruption = if records == 0 {
             Corruption::MissingSeed
         } else {
@@ -141,8 +118,20 @@ pub fn decode_segment(
         offset: offset as u64,
         crc,
         seed: seed.expect("header was read"),
-        torn: None,
+        torn: damage,
     })
+}
+
+/// Past the end of the data only zeros belong. A torn write can leave later
+/// sectors of a batch written after an earlier one that was not, so stray
+/// bytes here are damage (a torn tail in the last segment).
+fn bytes_after_end(bytes: &[u8], offset: usize) -> Option<Corruption> {
+    bytes[offset..]
+        .iter()
+        .position(|&b| b != 0)
+        .map(|stray| Corruption::BytesAfterEnd {
+            first_nonzero: (offset + stray) as u64,
+        })
 }
 
 enum Frame<'a> {
@@ -193,7 +182,7 @@ fn next_frame(bytes: &[u8], offset: usize) -> Frame<'_> {
 /// Whether damage at `offset` looks like a write interrupted before sync.
 fn is_torn(bytes: &[u8], offset: usize, damage: &Corruption) -> bool {
     match damage {
-        Corruption::Truncated { .. } => true,
+        Corruption::Truncated { .. } | Corruption::BytesAfterEnd { .. } => true,
         Corruption::CrcMismatch { .. } | Corruption::UnknownType { .. } | Corruption::BadPayload { .. } => {
             let word = u64::from_le_bytes(bytes[offset..offset + LENGTH_WORD_BYTES].try_into().expect("8 bytes"));
             let (body_bytes, padding_bytes) = frame::parse_length_word(word).expect("length word was valid");
