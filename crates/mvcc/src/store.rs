@@ -79,6 +79,32 @@ fn revision_key(revision: Revision, tombstone: bool) -> Vec<u8> {
     key
 }
 
+/// Rebuilds the in-memory index from every stored revision, and reads the
+/// current and compact revisions.
+fn rebuild(db: &sled::Db) -> Result<(TreeIndex, i64, i64)> {
+    let mut index = TreeIndex::default();
+    let mut highest = 0;
+    for item in db.scan_prefix([KEY_SPACE]) {
+        let (key, value) = item?;
+        let (revision, tombstone) = Revision::from_bytes(&key[1..]).ok_or_else(|| corrupt("revision key"))?;
+        let kv = KeyValue::decode(&value).ok_or_else(|| corrupt("stored value does not decode"))?;
+        if tombstone {
+            index.tombstone(&kv.key, revision);
+        } else {
+            index.put(&kv.key, revision);
+        }
+        highest = revision.main;
+    }
+    index.shrink_to_fit();
+    let current_revision = read_i64(db, META_CURRENT_REVISION)?.unwrap_or(EMPTY_STORE_REVISION);
+    assert!(
+        current_revision >= highest,
+        "stored revision {highest} above current {current_revision}"
+    );
+    let compact_revision = read_i64(db, META_COMPACT_REVISION)?.unwrap_or(NEVER_COMPACTED);
+    Ok((index, current_revision, compact_revision))
+}
+
 /// Whether sled refused to open because another handle holds the lock.
 /// sled reports it as `ErrorKind::Other` with this message, its only sign.
 fn is_lock_held(error: &std::io::Error) -> bool {
@@ -135,26 +161,7 @@ impl Store {
                 result => break result?,
             }
         };
-        let mut index = TreeIndex::default();
-        let mut highest = 0;
-        for item in db.scan_prefix([KEY_SPACE]) {
-            let (key, value) = item?;
-            let (revision, tombstone) = Revision::from_bytes(&key[1..]).ok_or_else(|| corrupt("revision key"))?;
-            let kv = KeyValue::decode(&value).ok_or_else(|| corrupt("stored value does not decode"))?;
-            if tombstone {
-                index.tombstone(&kv.key, revision);
-            } else {
-                index.put(&kv.key, revision);
-            }
-            highest = revision.main;
-        }
-        index.shrink_to_fit();
-        let current_revision = read_i64(&db, META_CURRENT_REVISION)?.unwrap_or(EMPTY_STORE_REVISION);
-        assert!(
-            current_revision >= highest,
-            "stored revision {highest} above current {current_revision}"
-        );
-        let compact_revision = read_i64(&db, META_COMPACT_REVISION)?.unwrap_or(NEVER_COMPACTED);
+        let (index, current_revision, compact_revision) = rebuild(&db)?;
         let consistent_index = read_i64(&db, META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
         Ok(Store {
             db,
@@ -314,6 +321,69 @@ impl Store {
             hash = crc32c::crc32c_append(hash, &value);
         }
         Ok((hash, state.compact_revision, at))
+    }
+
+    /// Everything the store holds, for a raft snapshot, and the raft index
+    /// it reflects (the consistent index). Layout: a sequence of
+    /// `key length u32 BE, key, value length u32 BE, value` for every sled
+    /// key, metadata included. Taken under the read lock, so it is one
+    /// consistent point.
+    pub fn snapshot(&self) -> Result<(u64, Vec<u8>)> {
+        self.check_usable()?;
+        let state = self.state.read();
+        let mut data = Vec::new();
+        for item in self.db.iter() {
+            let (key, value) = item?;
+            for part in [&key[..], &value[..]] {
+                let length = u32::try_from(part.len()).map_err(|_| corrupt("stored item over 4 GiB"))?;
+                data.extend_from_slice(&length.to_be_bytes());
+                data.extend_from_slice(part);
+            }
+        }
+        Ok((state.consistent_index, data))
+    }
+
+    /// Replaces everything with a snapshot taken by [`Store::snapshot`] on
+    /// another member, at raft index `raft_index`, in one atomic sled batch,
+    /// then rebuilds the index. Flushes, so that once this returns the
+    /// store on disk reflects the snapshot.
+    pub fn restore(&self, raft_index: u64, data: &[u8]) -> Result<()> {
+        self.check_usable()?;
+        let mut state = self.state.write();
+        let mut batch = sled::Batch::default();
+        for item in self.db.iter() {
+            batch.remove(item?.0);
+        }
+        let mut rest = data;
+        let take = |rest: &mut &[u8]| -> Result<Vec<u8>> {
+            let length = rest.get(..4).ok_or_else(|| corrupt("snapshot cut short"))?;
+            let length = u32::from_be_bytes(length.try_into().expect("4 bytes")) as usize;
+            let part = rest
+                .get(4..4 + length)
+                .ok_or_else(|| corrupt("snapshot cut short"))?
+                .to_vec();
+            *rest = &rest[4 + length..];
+            Ok(part)
+        };
+        while !rest.is_empty() {
+            let key = take(&mut rest)?;
+            let value = take(&mut rest)?;
+            batch.insert(key, value);
+        }
+        batch.insert(META_CONSISTENT_INDEX, &(raft_index as i64).to_be_bytes());
+        if let Err(error) = self.db.apply_batch(batch) {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(error.into());
+        }
+        self.flush()?;
+        let (index, current_revision, compact_revision) = rebuild(&self.db)?;
+        *state = State {
+            index,
+            current_revision,
+            compact_revision,
+            consistent_index: raft_index,
+        };
+        Ok(())
     }
 
     /// Bytes the store occupies on disk.
