@@ -25,7 +25,16 @@ pub const ATTRIBUTES_FILE: &str = "member/attributes.json";
 
 pub enum ApplyInput {
     Entries(Vec<Entry>),
-    Read { index: u64, waiters: Vec<ReadWaiter> },
+    /// A snapshot from the leader: replaces the store's contents.
+    Restore {
+        index: u64,
+        term: u64,
+        data: Vec<u8>,
+    },
+    Read {
+        index: u64,
+        waiters: Vec<ReadWaiter>,
+    },
 }
 
 pub fn run(state: Arc<MemberState>, inputs: Receiver<ApplyInput>) {
@@ -36,6 +45,7 @@ pub fn run(state: Arc<MemberState>, inputs: Receiver<ApplyInput>) {
     for input in inputs {
         match input {
             ApplyInput::Entries(entries) => apply_entries(&state, entries),
+            ApplyInput::Restore { index, term, data } => restore(&state, index, term, &data),
             ApplyInput::Read { index, waiters } => reads.push((index, waiters)),
         }
         let applied = state.applied_index.load(Ordering::Acquire);
@@ -126,6 +136,21 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
         }
     }
     state.applied_index.store(last_index, Ordering::Release);
+}
+
+/// Installs a leader's snapshot: the store takes its contents (and flushes
+/// them), then the marker records it, so a restart replays from there.
+fn restore(state: &MemberState, index: u64, term: u64, data: &[u8]) {
+    if let Err(error) = state.store.restore(index, data) {
+        tracing::error!(%error, "could not install a snapshot; stopping the member");
+        std::process::exit(1);
+    }
+    if let Err(error) = state.record_snapshot(index, term) {
+        tracing::error!(%error, "could not record a snapshot; stopping the member");
+        std::process::exit(1);
+    }
+    state.applied_index.store(index, Ordering::Release);
+    tracing::info!(index, term, bytes = data.len(), "installed a snapshot from the leader");
 }
 
 fn attributes_path(state: &MemberState) -> PathBuf {

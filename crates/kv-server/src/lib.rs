@@ -6,7 +6,9 @@
 //! - [`server`]: starts a member and wires the parts below together.
 //! - [`node`]: the raft loop (one thread): proposals, ReadIndex batches,
 //!   peer messages and ticks become Readies, persisted to the WAL.
-//! - [`raft_storage`]: the WAL mirrored into raft's in-memory log.
+//! - [`raft_storage`]: the WAL mirrored into raft's in-memory log, and
+//!   the snapshot marker.
+//! - [`log_store`]: what raft reads: that log, and the store as snapshots.
 //! - [`apply`]: the apply stage (one thread): committed entries to the
 //!   store in batches; answers waiting clients and released reads.
 //! - [`transport`]: peer gRPC streams carrying raft messages as bytes.
@@ -34,6 +36,7 @@ pub mod convert;
 pub mod errors;
 pub mod http;
 pub mod kv_service;
+pub mod log_store;
 pub mod maintenance_service;
 pub mod membership;
 pub mod node;

@@ -11,11 +11,12 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use raft::prelude::{Entry, Message};
-use raft::{Config as RaftConfig, RawNode};
+use raft::prelude::{Entry, Message, MessageType};
+use raft::{Config as RaftConfig, RawNode, SnapshotStatus, Storage};
 
 use crate::apply::ApplyInput;
 use crate::errors;
+use crate::log_store::LogStore;
 use crate::raft_storage::RaftStorage;
 use crate::state::{MemberState, ReadWaiter};
 use crate::transport::Transport;
@@ -56,6 +57,13 @@ const READ_INDEX_RETRY: Duration = Duration::from_millis(300);
 /// A read batch is abandoned after this long; clients time out on their own.
 const READ_INDEX_EXPIRY: Duration = Duration::from_secs(10);
 
+/// Entries kept in memory behind a snapshot so that a follower slightly
+/// behind catches up from the log rather than by a whole snapshot: etcd's
+/// `SnapshotCatchUpEntries`, but never more than `--snapshot-count`, so a
+/// member stopped while more than that many entries are written does
+/// catch up by snapshot.
+pub const SNAPSHOT_CATCH_UP_ENTRIES_MAX: u64 = 5000;
+
 struct ReadBatch {
     waiters: Vec<ReadWaiter>,
     issued: Instant,
@@ -63,8 +71,11 @@ struct ReadBatch {
 }
 
 pub struct Node {
-    raw: RawNode<raft::storage::MemStorage>,
+    raw: RawNode<LogStore>,
     storage_wal: RaftStorage,
+    log: LogStore,
+    /// Index of the last snapshot taken or installed.
+    snapshot_index: u64,
     state: Arc<MemberState>,
     transport: Transport,
     apply: SyncSender<ApplyInput>,
@@ -96,10 +107,20 @@ impl Node {
             ..RaftConfig::default()
         };
         config.validate().map_err(|e| e.to_string())?;
-        let raw = RawNode::new(&config, storage.memory.clone(), logger).map_err(|e| e.to_string())?;
+        let log = LogStore::new(storage.memory.clone(), state.store.clone());
+        let snapshot_index = storage
+            .memory
+            .rl()
+            .hard_state()
+            .commit
+            .min(crate::raft_storage::read_marker(&state.config.data_dir())?.0);
+        state.set_recorded_snapshot(snapshot_index);
+        let raw = RawNode::new(&config, log.clone(), logger).map_err(|e| e.to_string())?;
         Ok(Node {
             raw,
             storage_wal: storage,
+            log,
+            snapshot_index,
             state,
             transport,
             apply,
@@ -230,15 +251,40 @@ impl Node {
         //    them before our own fsync lets followers write in parallel
         //    with us; a leader's entry counts toward commit only once its
         //    own WAL has it, so this is safe.
-        self.transport.send(ready.take_messages());
+        self.send(ready.take_messages());
 
-        // 2. Snapshots: this member never compacts its log yet, so no
-        //    leader sends one. Receiving one means a peer runs a newer
-        //    version; refuse loudly rather than diverge.
-        assert!(
-            ready.snapshot().is_empty(),
-            "received a raft snapshot; snapshot transfer is not supported by this build"
-        );
+        // 2. A snapshot from the leader: recorded in the WAL, handed to
+        //    raft's log, and queued for the apply stage ahead of the
+        //    entries that follow it, which restores the store from it.
+        if !ready.snapshot().is_empty() {
+            let snapshot = ready.snapshot().clone();
+            let metadata = snapshot.get_metadata();
+            let record = wal::SnapshotMeta {
+                index: metadata.index,
+                term: metadata.term,
+                conf_state: wal::ConfState {
+                    voters: metadata.get_conf_state().voters.clone(),
+                    learners: metadata.get_conf_state().learners.clone(),
+                    ..wal::ConfState::default()
+                },
+            };
+            if let Err(error) = self.storage_wal.wal.save_snapshot(&record) {
+                tracing::error!(%error, "WAL write failed; stopping the member");
+                std::process::exit(1);
+            }
+            let (index, term) = (metadata.index, metadata.term);
+            self.storage_wal
+                .memory
+                .wl()
+                .apply_snapshot(snapshot.clone())
+                .expect("a leader's snapshot is newer than our log");
+            self.snapshot_index = index;
+            self.send_apply(ApplyInput::Restore {
+                index,
+                term,
+                data: snapshot.data.to_vec(),
+            });
+        }
 
         // 3. Committed entries go to the apply stage. They are durable on
         //    a quorum already, so applying them need not wait for our own
@@ -272,7 +318,7 @@ impl Node {
 
         // 6. Messages that may only leave after the fsync: a follower's
         //    append acknowledgements and votes.
-        self.transport.send(ready.take_persisted_messages());
+        self.send(ready.take_persisted_messages());
 
         // 7. Advance, then the light ready: commit index, more messages and
         //    committed entries.
@@ -280,15 +326,81 @@ impl Node {
         if let Some(commit) = light.commit_index() {
             self.storage_wal.memory.wl().mut_hard_state().commit = commit;
         }
-        self.transport.send(light.take_messages());
+        self.send(light.take_messages());
         self.send_committed(light.take_committed_entries());
         self.raw.advance_apply();
+        self.maybe_snapshot();
 
         self.state.term.store(self.raw.raft.term, Ordering::Release);
         self.state.leader.store(self.raw.raft.leader_id, Ordering::Release);
         self.state
             .committed_index
             .store(self.raw.raft.raft_log.committed, Ordering::Release);
+    }
+
+    /// Sends messages to peers. A snapshot counts as delivered once queued;
+    /// if it is lost, the follower's next answer shows it still behind and
+    /// raft sends another.
+    fn send(&mut self, messages: Vec<Message>) {
+        let snapshots: Vec<u64> = messages
+            .iter()
+            .filter(|m| m.get_msg_type() == MessageType::MsgSnapshot)
+            .map(|m| m.to)
+            .collect();
+        self.transport.send(messages);
+        for to in snapshots {
+            self.raw.report_snapshot(to, SnapshotStatus::Finish);
+        }
+    }
+
+    /// Every `--snapshot-count` applied entries: flush the store, record a
+    /// snapshot at the applied index in the WAL and the marker, release the
+    /// WAL segments replay no longer needs, and compact raft's in-memory
+    /// log, keeping some entries for followers slightly behind.
+    fn maybe_snapshot(&mut self) {
+        let applied = self.state.applied_index.load(Ordering::Acquire);
+        let count = self.state.config.snapshot_count.max(1);
+        if applied < self.snapshot_index + count {
+            return;
+        }
+        let Ok(term) = self.log.term(applied) else { return };
+        if let Err(error) = self.state.store.flush() {
+            tracing::error!(%error, "could not flush the store; stopping the member");
+            std::process::exit(1);
+        }
+        let conf_state = self.log.conf_state();
+        let record = wal::SnapshotMeta {
+            index: applied,
+            term,
+            conf_state: wal::ConfState {
+                voters: conf_state.voters.clone(),
+                learners: conf_state.learners.clone(),
+                ..wal::ConfState::default()
+            },
+        };
+        let wal = &mut self.storage_wal.wal;
+        if let Err(error) = wal.save_snapshot(&record) {
+            tracing::error!(%error, "WAL write failed; stopping the member");
+            std::process::exit(1);
+        }
+        if let Err(error) = self.state.record_snapshot(applied, term) {
+            tracing::error!(%error, "could not record a snapshot; stopping the member");
+            std::process::exit(1);
+        }
+        let released = match wal.release_to(applied) {
+            Ok(released) => released,
+            Err(error) => {
+                tracing::error!(%error, "could not release WAL segments; stopping the member");
+                std::process::exit(1);
+            }
+        };
+        let keep = count.min(SNAPSHOT_CATCH_UP_ENTRIES_MAX);
+        let first_kept = applied.saturating_sub(keep).max(1);
+        if let Err(error) = self.log.compact(first_kept) {
+            tracing::warn!(%error, "could not compact the in-memory log");
+        }
+        self.snapshot_index = applied;
+        tracing::info!(index = applied, term, released, first_kept, "took a snapshot");
     }
 
     fn send_committed(&mut self, entries: Vec<Entry>) {

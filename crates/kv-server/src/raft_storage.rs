@@ -4,15 +4,52 @@
 //! WAL entries carry the raft entry encoded by raft-rs; the WAL metadata
 //! holds the cluster and member ids, checked on every start so a data
 //! directory is never used by the wrong member.
+//!
+//! # Snapshot marker
+//! `member/snap` holds the index and term (16 bytes, big-endian) of the
+//! newest snapshot whose state the store holds on disk. It is written only
+//! after the store was flushed at or past that index and the WAL holds the
+//! snapshot record, so on restart the WAL replays from it and the store
+//! already has everything before it. Without the file, replay starts at 0.
 
 use std::path::Path;
 
 use protobuf::Message as _;
 use raft::prelude::{ConfState, Entry, HardState};
-use raft::storage::MemStorage;
+use raft::storage::{MemStorage, Storage};
 
 /// Where the member's WAL lives inside its data directory (etcd's layout).
 pub const WAL_DIR: &str = "member/wal";
+/// The snapshot marker inside the data directory.
+pub const SNAPSHOT_MARKER: &str = "member/snap";
+
+/// Reads the snapshot marker; (0, 0) when there is none.
+pub fn read_marker(data_dir: &Path) -> Result<(u64, u64), String> {
+    let path = data_dir.join(SNAPSHOT_MARKER);
+    match std::fs::read(&path) {
+        Ok(bytes) if bytes.len() == 16 => Ok((
+            u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes")),
+            u64::from_be_bytes(bytes[8..].try_into().expect("8 bytes")),
+        )),
+        Ok(_) => Err(format!("{}: not a snapshot marker", path.display())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok((0, 0)),
+        Err(error) => Err(format!("{}: {error}", path.display())),
+    }
+}
+
+/// Writes the snapshot marker durably: a temporary file, fsync, rename,
+/// fsync of the directory.
+pub fn write_marker(data_dir: &Path, index: u64, term: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    let path = data_dir.join(SNAPSHOT_MARKER);
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(&index.to_be_bytes())?;
+    file.write_all(&term.to_be_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, &path)?;
+    std::fs::File::open(path.parent().expect("marker has a parent"))?.sync_all()
+}
 
 pub struct RaftStorage {
     pub wal: wal::Wal,
@@ -36,8 +73,17 @@ impl RaftStorage {
             let wal = wal::Wal::create(&dir, wal::Options::default(), &expected).map_err(|e| e.to_string())?;
             return Ok(RaftStorage { wal, memory });
         }
-        let (wal, replay) = wal::Wal::open(&dir, wal::Options::default(), wal::SnapshotPosition::default())
+        let (index, term) = read_marker(data_dir)?;
+        let (wal, replay) = wal::Wal::open(&dir, wal::Options::default(), wal::SnapshotPosition { index, term })
             .map_err(|e| e.to_string())?;
+        if index > 0 {
+            let mut snapshot = raft::prelude::Snapshot::default();
+            snapshot.mut_metadata().index = index;
+            snapshot.mut_metadata().term = term;
+            let conf_state = memory.initial_state().map_err(|e| e.to_string())?.conf_state;
+            snapshot.mut_metadata().set_conf_state(conf_state);
+            memory.wl().apply_snapshot(snapshot).map_err(|e| e.to_string())?;
+        }
         if replay.metadata != expected {
             return Err(format!(
                 "{} belongs to another member or cluster (its ids differ from this member's)",

@@ -39,6 +39,9 @@ pub struct MemberState {
     next_sequence: AtomicU64,
     /// Every member's published client URLs.
     pub client_urls: Mutex<ClientUrls>,
+    /// Index of the snapshot the marker records; serialises marker writes
+    /// from the raft loop (local snapshots) and the apply stage (installs).
+    snapshot_marker: Mutex<u64>,
 }
 
 impl MemberState {
@@ -65,7 +68,23 @@ impl MemberState {
             waiters: Mutex::new(HashMap::new()),
             next_sequence: AtomicU64::new(start),
             client_urls: Mutex::new(client_urls),
+            snapshot_marker: Mutex::new(0),
         }
+    }
+
+    /// Records a snapshot in the marker, unless a newer one is recorded.
+    pub fn record_snapshot(&self, index: u64, term: u64) -> std::io::Result<()> {
+        let mut recorded = self.snapshot_marker.lock();
+        if index <= *recorded {
+            return Ok(());
+        }
+        crate::raft_storage::write_marker(&self.config.data_dir(), index, term)?;
+        *recorded = index;
+        Ok(())
+    }
+
+    pub fn set_recorded_snapshot(&self, index: u64) {
+        *self.snapshot_marker.lock() = index;
     }
 
     pub fn member_id(&self) -> u64 {
