@@ -61,18 +61,15 @@ pub fn run(state: Arc<MemberState>, inputs: Receiver<ApplyInput>) {
     }
 }
 
-/// A decoded entry: who waits for it, and what the store should do.
-struct Pending {
-    owner: Option<u64>,
-    request: Result<mvcc::WriteRequest, mvcc::Error>,
-}
-
 fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
     let Some(last_index) = entries.last().map(|e| e.index) else {
         return;
     };
     let already = state.store.consistent_index();
-    let mut pending = Vec::new();
+    // Requests go to the store by move; `outcomes` keeps, in entry order,
+    // who waits and whether the request was refused before the store.
+    let mut requests = Vec::new();
+    let mut outcomes: Vec<(Option<u64>, Option<mvcc::Error>)> = Vec::new();
     for entry in &entries {
         if entry.index <= already || entry.data.is_empty() {
             continue;
@@ -98,23 +95,16 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
             }
             None => continue,
         };
-        pending.push(Pending { owner, request: write });
+        match write {
+            Ok(request) => {
+                requests.push(request);
+                outcomes.push((owner, None));
+            }
+            Err(error) => outcomes.push((owner, Some(error))),
+        }
     }
     if last_index <= already {
         return;
-    }
-    // Requests go to the store by move; each pending item remembers
-    // whether it produced one, so results are matched back in order.
-    let mut requests = Vec::with_capacity(pending.len());
-    let mut outcomes = Vec::with_capacity(pending.len());
-    for item in pending {
-        match item.request {
-            Ok(request) => {
-                requests.push(request);
-                outcomes.push((item.owner, None));
-            }
-            Err(error) => outcomes.push((item.owner, Some(error))),
-        }
     }
     let mut applied = match state.store.apply(last_index, &requests) {
         Ok(applied) => applied.into_iter(),

@@ -15,7 +15,7 @@ use crate::http;
 use crate::kv_service::KvService;
 use crate::maintenance_service::MaintenanceService;
 use crate::membership::Membership;
-use crate::node::{Node, NODE_INPUT_CAPACITY};
+use crate::node::{Node, NodeInput, NODE_INPUT_CAPACITY};
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
@@ -95,7 +95,7 @@ pub fn run(config: Config) -> Result<(), String> {
 async fn serve(
     config: Config,
     state: Arc<MemberState>,
-    node: std::sync::mpsc::SyncSender<NodeInputAlias>,
+    node: std::sync::mpsc::SyncSender<NodeInput>,
 ) -> Result<(), String> {
     for url in config::urls(&config.listen_peer_urls) {
         let address = config::socket_addr(&url)?;
@@ -198,8 +198,6 @@ async fn serve(
     tracing::info!("stopping");
     Ok(())
 }
-
-type NodeInputAlias = crate::node::NodeInput;
 
 async fn shutdown_signal() {
     let mut terminate =

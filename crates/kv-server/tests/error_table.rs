@@ -24,10 +24,7 @@ const QUOTA_BYTES: &str = "4194304";
 const QUOTA_PUTS_MAX: usize = 200;
 
 async fn client(endpoint: &str) -> KvClient<Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
-        .expect("url")
-        .timeout(Duration::from_secs(15))
-        .connect()
+    let channel = common::connect(endpoint, Duration::from_secs(15))
         .await
         .expect("connect");
     KvClient::new(channel).max_encoding_message_size(4 << 20)

@@ -33,23 +33,11 @@ const PUTS_PER_WRITER_MAX: usize = 20_000;
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 async fn kv(endpoint: &str) -> Option<KvClient<tonic::transport::Channel>> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
-        .ok()?
-        .connect_timeout(Duration::from_millis(500))
-        .timeout(CALL_TIMEOUT)
-        .connect()
-        .await
-        .ok()?;
-    Some(KvClient::new(channel))
+    Some(KvClient::new(common::connect(endpoint, CALL_TIMEOUT).await.ok()?))
 }
 
 async fn status(endpoint: &str) -> Option<(u64, u64)> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
-        .ok()?
-        .timeout(CALL_TIMEOUT)
-        .connect()
-        .await
-        .ok()?;
+    let channel = common::connect(endpoint, CALL_TIMEOUT).await.ok()?;
     let response = MaintenanceClient::new(channel)
         .status(StatusRequest {})
         .await
@@ -188,11 +176,7 @@ async fn kill_leader_under_load() {
             missing.is_empty(),
             "{endpoint} lost acknowledged writes, e.g. {missing:?}"
         );
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
-            .expect("url")
-            .connect()
-            .await
-            .expect("connect");
+        let channel = common::connect(endpoint, CALL_TIMEOUT).await.expect("connect");
         let hash = MaintenanceClient::new(channel)
             .hash_kv(HashKvRequest { revision: 0 })
             .await

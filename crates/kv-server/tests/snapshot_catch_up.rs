@@ -23,10 +23,7 @@ const SNAPSHOT_COUNT: &str = "100";
 const WRITES_WHILE_DOWN: usize = 600;
 
 async fn channel(endpoint: &str) -> Channel {
-    tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
-        .expect("url")
-        .timeout(Duration::from_secs(10))
-        .connect()
+    common::connect(endpoint, Duration::from_secs(10))
         .await
         .expect("connect")
 }

@@ -13,6 +13,22 @@ use std::time::{Duration, Instant};
 
 /// How long a cluster may take to report every member healthy.
 pub const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
+/// How long connecting to a member may take before the attempt fails.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A gRPC channel to a member at `host:port`, each call on it bounded by
+/// `call_timeout`.
+pub async fn connect(
+    endpoint: &str,
+    call_timeout: Duration,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
+        .expect("endpoints are host:port")
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(call_timeout)
+        .connect()
+        .await
+}
 
 /// The binary of this project's server, built by cargo for the tests.
 pub fn kv_server() -> PathBuf {
