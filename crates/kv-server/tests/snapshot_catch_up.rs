@@ -5,8 +5,8 @@
 //!
 //! Method: a 3-member cluster of real processes with `--snapshot-count
 //! 100`, so the members snapshot and compact their logs (keeping 100
-//! entries for followers). One member is killed, 600 puts go to the
-//! others, and the member is restarted. Its log must show that it
+//! entries for followers). A follower is killed, 600 puts go through the
+//! leader, and the follower is restarted. Its log must show that it
 //! installed a snapshot from the leader; a linearizable read on it must
 //! return every key.
 
@@ -18,9 +18,13 @@ use kv_server::proto::etcdserverpb as pb;
 use kv_server::proto::etcdserverpb::kv_client::KvClient;
 use kv_server::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use tonic::transport::Channel;
+use tonic::Code;
 
 const SNAPSHOT_COUNT: &str = "100";
 const WRITES_WHILE_DOWN: usize = 600;
+/// Attempts per put: a write that meets an election is retried, as etcd's
+/// clients retry on Unavailable.
+const PUT_ATTEMPTS: usize = 20;
 
 async fn channel(endpoint: &str) -> Channel {
     common::connect(endpoint, Duration::from_secs(10))
@@ -64,33 +68,57 @@ async fn stopped_member_catches_up_by_snapshot() {
         &["--snapshot-count", SNAPSHOT_COUNT],
     );
     let endpoints: Vec<String> = cluster.members.iter().map(|m| m.endpoint()).collect();
-    let mut writer = KvClient::new(channel(&endpoints[0]).await);
+    // Stop a follower, and write through the leader.
+    let leader_id = MaintenanceClient::new(channel(&endpoints[0]).await)
+        .status(pb::StatusRequest {})
+        .await
+        .expect("status")
+        .into_inner()
+        .leader;
+    let mut leader = None;
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        let status = MaintenanceClient::new(channel(endpoint).await)
+            .status(pb::StatusRequest {})
+            .await;
+        if status.expect("status").into_inner().header.expect("header").member_id == leader_id {
+            leader = Some(i);
+        }
+    }
+    let leader = leader.expect("the leader is a member");
+    let stopped = (leader + 1) % 3;
+    let mut writer = KvClient::new(channel(&endpoints[leader]).await);
     let put = |i: usize| pb::PutRequest {
         key: format!("key/{i:05}").into_bytes(),
         value: vec![b'v'; 100],
         ..Default::default()
     };
-    for i in 0..20 {
-        writer.put(put(i)).await.expect("put before the stop");
-    }
-
-    cluster.kill(2);
-    for i in 20..20 + WRITES_WHILE_DOWN {
-        writer.put(put(i)).await.expect("put while a member is down");
+    for i in 0..20 + WRITES_WHILE_DOWN {
+        if i == 20 {
+            cluster.kill(stopped);
+        }
+        let mut attempt = 0;
+        loop {
+            match writer.put(put(i)).await {
+                Ok(_) => break,
+                Err(status) if status.code() == Code::Unavailable && attempt + 1 < PUT_ATTEMPTS => attempt += 1,
+                Err(status) => panic!("put {i}: {status:?}"),
+            }
+        }
     }
     let cluster = tokio::task::spawn_blocking(move || {
-        cluster.restart(2);
+        cluster.restart(stopped);
         cluster
     })
     .await
     .expect("restart");
     let expected = 20 + WRITES_WHILE_DOWN;
     assert_eq!(
-        keys(&endpoints[2]).await.len(),
+        keys(&endpoints[stopped]).await.len(),
         expected,
         "the restarted member has every key"
     );
-    let log = std::fs::read_to_string(dir.path().join("infra3.log")).expect("member log");
+    let log_path = dir.path().join(format!("infra{}.log", stopped + 1));
+    let log = std::fs::read_to_string(log_path).expect("member log");
     assert!(
         log.contains("installed a snapshot from the leader"),
         "no snapshot installed; log:\n{log}"
@@ -99,7 +127,7 @@ async fn stopped_member_catches_up_by_snapshot() {
     // Restart once more: it comes back from its own snapshot marker.
     let _cluster = tokio::task::spawn_blocking(move || {
         let mut cluster = cluster;
-        cluster.restart(2);
+        cluster.restart(stopped);
         cluster
     })
     .await
