@@ -183,8 +183,21 @@ fn record(binary: &Path, etcdctl: &Path, base_dir: &Path) -> Vec<Outcome> {
     std::fs::create_dir_all(&dir).expect("cluster dir");
     let cluster = common::Cluster::start(binary, &dir, 2379, &[]);
     // Member lists must show every member's client URLs; members publish
-    // them through raft right after start, so give that a moment.
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    // them through raft right after start, so wait (at most 10 s) for all.
+    let listed = step("member list -w json");
+    for attempt in 0.. {
+        let outcome = run(etcdctl, &cluster.endpoints(), &listed);
+        let members = outcome.stdout["members"].as_array().cloned().unwrap_or_default();
+        let published = members
+            .iter()
+            .filter(|m| m["clientURLs"].as_array().is_some_and(|u| !u.is_empty()))
+            .count();
+        if published == 3 {
+            break;
+        }
+        assert!(attempt < 50, "members did not publish client URLs: {outcome:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     let outcomes = sequence()
         .iter()
         .map(|s| run(etcdctl, &cluster.endpoints(), s))
