@@ -5,6 +5,9 @@ use clap::Parser;
 
 fn main() {
     kv_server::allocator::tune();
+    // With the `failpoints` feature, FAILPOINTS in the environment arms the
+    // WAL's failpoints (fault tests); without it this does nothing.
+    let _failpoints = fail::FailScenario::setup();
     let config = kv_server::config::Config::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));

@@ -54,6 +54,8 @@ pub fn etcd_tool(variable: &str, name: &str) -> PathBuf {
 
 pub struct Member {
     pub name: String,
+    /// Extra environment for this member's process.
+    pub env: Vec<(String, String)>,
     pub client_port: u16,
     pub peer_port: u16,
     pub child: Option<Child>,
@@ -79,6 +81,7 @@ impl Cluster {
         let members = (0..3u16)
             .map(|i| Member {
                 name: format!("infra{}", i + 1),
+                env: Vec::new(),
                 client_port: base + 10 * i,
                 peer_port: base + 10 * i + 1,
                 child: None,
@@ -133,11 +136,20 @@ impl Cluster {
             ])
             .args(["--initial-cluster-state", "new"])
             .args(&self.extra)
+            .envs(member.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start member");
         self.members[i].child = Some(child);
+    }
+
+    /// How the member's process ended, if it has.
+    pub fn exit_status(&mut self, i: usize) -> Option<std::process::ExitStatus> {
+        self.members[i]
+            .child
+            .as_mut()
+            .and_then(|child| child.try_wait().expect("wait"))
     }
 
     /// SIGKILL, no chance to flush anything.
