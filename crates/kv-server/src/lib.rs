@@ -13,7 +13,8 @@
 //!   store in batches; answers waiting clients and released reads.
 //! - [`transport`]: peer gRPC streams carrying raft messages as bytes.
 //! - [`kv_service`], [`cluster_service`], [`maintenance_service`]: etcd's
-//!   gRPC services; [`http`]: `/health` and `/version`.
+//!   gRPC services; [`http`]: `/health` and `/version`;
+//!   [`client_listener`]: the client port's bounded listener.
 //! - [`allocator`]: mimalloc's settings;
 //! - [`state`]: what the parts share; [`convert`]: wire types to store
 //!   types; [`errors`]: etcd's server errors; [`slog_bridge`]: raft-rs
@@ -30,6 +31,7 @@
 
 pub mod allocator;
 pub mod apply;
+pub mod client_listener;
 pub mod cluster_service;
 pub mod config;
 pub mod convert;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tonic_health::ServingStatus;
 
 use crate::apply::{self, APPLY_QUEUE_CAPACITY};
+use crate::client_listener::{BoundedListener, CLIENT_CONNECTIONS_MAX};
 use crate::cluster_service::ClusterService;
 use crate::config::{self, Config, GRPC_OVERHEAD_BYTES};
 use crate::http;
@@ -137,6 +138,7 @@ async fn serve(
             .await
             .map_err(|e| format!("listen on {url}: {e}"))?;
         let router = router.clone();
+        let listener = BoundedListener::new(listener, CLIENT_CONNECTIONS_MAX);
         tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router).await {
                 tracing::error!(%error, "client server stopped");
