@@ -1,36 +1,43 @@
 //! Plain HTTP on the client port, as etcd serves it: `/health` and
 //! `/version`.
+//!
+//! `/health` answers as etcd 3.5 does: unhealthy with reason
+//! `RAFT NO LEADER` when no leader is known, or `QGET ERROR:<cause>` when a
+//! linearizable read does not complete within a second; otherwise healthy.
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::json;
+use serde_json::{json, Value};
 
+use crate::kv_service::KvService;
 use crate::maintenance_service::{ETCD_API_VERSION, ETCD_CLUSTER_VERSION};
-use crate::state::MemberState;
 
-pub fn routes(state: Arc<MemberState>) -> Router {
-    Router::new()
-        .route(
-            "/health",
-            get(move || {
-                let healthy = state.leader() != 0;
-                async move {
-                    if healthy {
-                        (StatusCode::OK, Json(json!({"health": "true", "reason": ""})))
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            Json(json!({"health": "false", "reason": "RAFT NO LEADER"})),
-                        )
-                    }
-                }
-            }),
+/// How long `/health`'s linearizable read may take, as in etcd.
+pub const HEALTH_READ_TIMEOUT: Duration = Duration::from_secs(1);
+
+async fn health(kv: KvService) -> (StatusCode, Json<Value>) {
+    let unhealthy = |reason: String| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"health": "false", "reason": reason})),
         )
-        .route(
-            "/version",
-            get(|| async { Json(json!({"etcdserver": ETCD_API_VERSION, "etcdcluster": ETCD_CLUSTER_VERSION})) }),
-        )
+    };
+    if kv.state.leader() == 0 {
+        return unhealthy("RAFT NO LEADER".into());
+    }
+    match tokio::time::timeout(HEALTH_READ_TIMEOUT, kv.linearize()).await {
+        Ok(Ok(())) => (StatusCode::OK, Json(json!({"health": "true", "reason": ""}))),
+        Ok(Err(status)) => unhealthy(format!("QGET ERROR:{}", status.message())),
+        Err(_) => unhealthy("QGET ERROR:context deadline exceeded".into()),
+    }
+}
+
+pub fn routes(kv: KvService) -> Router {
+    Router::new().route("/health", get(move || health(kv.clone()))).route(
+        "/version",
+        get(|| async { Json(json!({"etcdserver": ETCD_API_VERSION, "etcdcluster": ETCD_CLUSTER_VERSION})) }),
+    )
 }

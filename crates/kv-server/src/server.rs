@@ -131,7 +131,7 @@ async fn serve(
         )
         .add_service(health_service)
         .into_axum_router()
-        .merge(http::routes(state.clone()));
+        .merge(http::routes(kv.clone()));
     for url in config::urls(&config.listen_client_urls) {
         let address = config::socket_addr(&url)?;
         let listener = tokio::net::TcpListener::bind(address)

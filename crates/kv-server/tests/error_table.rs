@@ -216,4 +216,14 @@ async fn every_error_row_matches_etcd() {
         Code::Unavailable,
         "etcdserver: no leader",
     );
+    // And /health says so, in etcd's words.
+    let port = cluster.members[0].client_port;
+    let health = tokio::task::spawn_blocking(move || common::health_response(port))
+        .await
+        .expect("health");
+    assert!(health.starts_with("HTTP/1.1 503"), "{health}");
+    assert!(
+        health.contains(r#"{"health":"false","reason":"RAFT NO LEADER"}"#),
+        "{health}"
+    );
 }

@@ -194,19 +194,25 @@ impl Drop for Cluster {
     }
 }
 
-/// GET /health over a plain TCP connection.
+/// GET /health over a plain TCP connection: whether it says healthy.
 pub fn healthy(port: u16) -> bool {
+    health_response(port).contains("\"health\":\"true\"")
+}
+
+/// The raw HTTP response to GET /health, or an empty string when the
+/// member does not answer.
+pub fn health_response(port: u16) -> String {
     let Ok(mut stream) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)) else {
-        return false;
+        return String::new();
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(3)));
     if stream
         .write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         .is_err()
     {
-        return false;
+        return String::new();
     }
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
-    response.contains("\"health\":\"true\"")
+    response
 }
