@@ -108,12 +108,7 @@ impl Node {
         };
         config.validate().map_err(|e| e.to_string())?;
         let log = LogStore::new(storage.memory.clone(), state.store.clone());
-        let snapshot_index = storage
-            .memory
-            .rl()
-            .hard_state()
-            .commit
-            .min(crate::raft_storage::read_marker(&state.config.data_dir())?.0);
+        let snapshot_index = storage.memory.rl().hard_state().commit.min(storage.snapshot_index);
         state.set_recorded_snapshot(snapshot_index);
         let raw = RawNode::new(&config, log.clone(), logger).map_err(|e| e.to_string())?;
         Ok(Node {
@@ -259,15 +254,7 @@ impl Node {
         if !ready.snapshot().is_empty() {
             let snapshot = ready.snapshot().clone();
             let metadata = snapshot.get_metadata();
-            let record = wal::SnapshotMeta {
-                index: metadata.index,
-                term: metadata.term,
-                conf_state: wal::ConfState {
-                    voters: metadata.get_conf_state().voters.clone(),
-                    learners: metadata.get_conf_state().learners.clone(),
-                    ..wal::ConfState::default()
-                },
-            };
+            let record = snapshot_record(metadata.index, metadata.term, metadata.get_conf_state());
             if let Err(error) = self.storage_wal.wal.save_snapshot(&record) {
                 tracing::error!(%error, "WAL write failed; stopping the member");
                 std::process::exit(1);
@@ -369,15 +356,7 @@ impl Node {
             std::process::exit(1);
         }
         let conf_state = self.log.conf_state();
-        let record = wal::SnapshotMeta {
-            index: applied,
-            term,
-            conf_state: wal::ConfState {
-                voters: conf_state.voters.clone(),
-                learners: conf_state.learners.clone(),
-                ..wal::ConfState::default()
-            },
-        };
+        let record = snapshot_record(applied, term, &conf_state);
         let wal = &mut self.storage_wal.wal;
         if let Err(error) = wal.save_snapshot(&record) {
             tracing::error!(%error, "WAL write failed; stopping the member");
@@ -417,5 +396,18 @@ impl Node {
             tracing::error!("the apply stage stopped; stopping the member");
             std::process::exit(1);
         }
+    }
+}
+
+/// The WAL's record of a raft snapshot at `index`.
+fn snapshot_record(index: u64, term: u64, conf_state: &raft::prelude::ConfState) -> wal::SnapshotMeta {
+    wal::SnapshotMeta {
+        index,
+        term,
+        conf_state: wal::ConfState {
+            voters: conf_state.voters.clone(),
+            learners: conf_state.learners.clone(),
+            ..wal::ConfState::default()
+        },
     }
 }

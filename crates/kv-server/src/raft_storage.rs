@@ -54,6 +54,8 @@ pub fn write_marker(data_dir: &Path, index: u64, term: u64) -> std::io::Result<(
 pub struct RaftStorage {
     pub wal: wal::Wal,
     pub memory: MemStorage,
+    /// Index of the snapshot the marker recorded at start (0 for none).
+    pub snapshot_index: u64,
 }
 
 fn metadata(cluster_id: u64, member_id: u64) -> Vec<u8> {
@@ -71,7 +73,11 @@ impl RaftStorage {
         let memory = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
         if !wal::Wal::exists(&dir) {
             let wal = wal::Wal::create(&dir, wal::Options::default(), &expected).map_err(|e| e.to_string())?;
-            return Ok(RaftStorage { wal, memory });
+            return Ok(RaftStorage {
+                wal,
+                memory,
+                snapshot_index: 0,
+            });
         }
         let (index, term) = read_marker(data_dir)?;
         let (wal, replay) = wal::Wal::open(&dir, wal::Options::default(), wal::SnapshotPosition { index, term })
@@ -112,7 +118,11 @@ impl RaftStorage {
             commit = replay.hard_state.commit,
             "replayed the WAL"
         );
-        Ok(RaftStorage { wal, memory })
+        Ok(RaftStorage {
+            wal,
+            memory,
+            snapshot_index: index,
+        })
     }
 
     /// Makes `entries` and `hard_state` durable with one WAL write and one

@@ -123,15 +123,7 @@ async fn kill_leader_under_load() {
     tokio::time::sleep(LOAD_BEFORE_KILL).await;
 
     // Find and kill the leader.
-    let mut members = Vec::new();
-    for endpoint in &endpoints {
-        members.push(status(endpoint).await.expect("status before the kill"));
-    }
-    let leader_id = members[0].1;
-    let leader = members
-        .iter()
-        .position(|(id, _)| *id == leader_id)
-        .expect("leader is a member");
+    let (leader, leader_id) = common::leader(&endpoints, CALL_TIMEOUT).await;
     cluster.lock().kill(leader);
     let killed_at = Instant::now();
 

@@ -69,22 +69,7 @@ async fn stopped_member_catches_up_by_snapshot() {
     );
     let endpoints: Vec<String> = cluster.members.iter().map(|m| m.endpoint()).collect();
     // Stop a follower, and write through the leader.
-    let leader_id = MaintenanceClient::new(channel(&endpoints[0]).await)
-        .status(pb::StatusRequest {})
-        .await
-        .expect("status")
-        .into_inner()
-        .leader;
-    let mut leader = None;
-    for (i, endpoint) in endpoints.iter().enumerate() {
-        let status = MaintenanceClient::new(channel(endpoint).await)
-            .status(pb::StatusRequest {})
-            .await;
-        if status.expect("status").into_inner().header.expect("header").member_id == leader_id {
-            leader = Some(i);
-        }
-    }
-    let leader = leader.expect("the leader is a member");
+    let (leader, _) = common::leader(&endpoints, Duration::from_secs(10)).await;
     let stopped = (leader + 1) % 3;
     let mut writer = KvClient::new(channel(&endpoints[leader]).await);
     let put = |i: usize| pb::PutRequest {

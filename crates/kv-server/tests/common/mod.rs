@@ -30,6 +30,29 @@ pub async fn connect(
         .await
 }
 
+/// The position in `endpoints` of the member that is leader, and its
+/// member id, as the members' Maintenance.Status report them.
+pub async fn leader(endpoints: &[String], call_timeout: Duration) -> (usize, u64) {
+    use kv_server::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+    use kv_server::proto::etcdserverpb::StatusRequest;
+    let mut members = Vec::new();
+    for endpoint in endpoints {
+        let channel = connect(endpoint, call_timeout).await.expect("connect");
+        let status = MaintenanceClient::new(channel)
+            .status(StatusRequest {})
+            .await
+            .expect("status")
+            .into_inner();
+        members.push((status.header.expect("header").member_id, status.leader));
+    }
+    let leader = members[0].1;
+    let index = members
+        .iter()
+        .position(|(id, _)| *id == leader)
+        .expect("the leader is a member");
+    (index, leader)
+}
+
 /// The binary of this project's server, built by cargo for the tests.
 pub fn kv_server() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kv-server"))
