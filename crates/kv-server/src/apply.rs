@@ -106,6 +106,9 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
     if last_index <= already {
         return;
     }
+    // Tests stall the apply stage here (`kv::apply=1*sleep(ms)`) to hold
+    // the applied index still while raft commits more.
+    fail::fail_point!("kv::apply");
     let mut applied = match state.store.apply(last_index, &requests) {
         Ok(applied) => applied.into_iter(),
         Err(error) => {

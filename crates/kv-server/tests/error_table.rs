@@ -5,9 +5,8 @@
 //! Method: a 3-member cluster of real processes with a small
 //! `--quota-backend-bytes`, driven through gRPC. The quota row writes until
 //! refused (bounded in count); the no-leader row kills two members and
-//! writes to the third. Rows not covered here, because the calls behind
-//! them are not served yet: lease TTL too large (no Lease service), and
-//! the apply-lag "too many requests" (implemented, but not forced here).
+//! writes to the third. The apply-lag "too many requests" row needs a
+//! stalled store and has its own test (`apply_lag.rs`).
 
 mod common;
 
