@@ -8,6 +8,7 @@ pub enum Code {
     InvalidArgument,
     NotFound,
     OutOfRange,
+    FailedPrecondition,
     Internal,
 }
 
@@ -31,6 +32,10 @@ pub enum Error {
     LeaseProvided,
     #[error("etcdserver: requested lease not found")]
     LeaseNotFound,
+    #[error("etcdserver: lease already exists")]
+    LeaseExists,
+    #[error("etcdserver: too large lease TTL")]
+    LeaseTtlTooLarge,
     /// The storage engine failed, or stored bytes do not decode.
     #[error("mvcc: storage: {0}")]
     Storage(String),
@@ -39,8 +44,9 @@ pub enum Error {
 impl Error {
     pub fn code(&self) -> Code {
         match self {
-            Error::Compacted | Error::FutureRevision => Code::OutOfRange,
+            Error::Compacted | Error::FutureRevision | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound => Code::NotFound,
+            Error::LeaseExists => Code::FailedPrecondition,
             Error::Storage(_) => Code::Internal,
             Error::EmptyKey
             | Error::KeyNotFound

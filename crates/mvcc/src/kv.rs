@@ -19,6 +19,9 @@ pub trait ReadView {
     /// revision above [`ReadView::revision`] is a future revision; one
     /// below the compact revision is compacted.
     fn range(&self, request: &RangeRequest) -> Result<RangeResponse>;
+
+    /// Whether lease `id` exists, so that a put may attach a key to it.
+    fn lease_exists(&self, id: i64) -> bool;
 }
 
 /// A write transaction. Every change it makes shares one new main

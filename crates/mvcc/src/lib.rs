@@ -8,6 +8,7 @@
 //! - [`key_index`]: one key's history of revisions (generations, tombstones).
 //! - [`index`]: every key's history, ordered by key; range visits, compaction.
 //! - [`range`]: limit, filters, sort, count and `more`, in etcd's order.
+//! - [`lease`]: leases' TTLs and the keys attached to each.
 //! - [`txn`]: compares and branch execution, against the traits only.
 //! - [`validate`]: etcd's request checks, including the duplicate-key rule.
 //! - [`store`]: the sled implementation: open, apply, read, compact, hash.
@@ -30,9 +31,7 @@
 //! 'm' + "consistent_index"  -> raft index of the last applied batch, i64 BE
 //! 'm' + "current_revision"  -> the newest revision, i64 BE
 //! 'm' + "compact_revision"  -> revisions below this are gone, i64 BE
-//! 'l' + lease id, i64 BE    -> TTL in seconds, i64 BE (reserved: the
-//!                              server's Lease API will keep leases here; it
-//!                              is not written yet)
+//! 'l' + lease id, i64 BE    -> granted TTL in seconds, i64 BE
 //! ```
 //!
 //! Scanning `'k'` visits revisions in order, which is how the in-memory
@@ -51,6 +50,7 @@ pub mod error;
 pub mod index;
 pub mod key_index;
 pub mod key_value;
+pub mod lease;
 pub mod kv;
 pub mod range;
 pub mod request;
@@ -61,6 +61,7 @@ pub mod validate;
 
 pub use error::{Code, Error, Result};
 pub use key_value::{Event, EventKind, KeyValue};
+pub use lease::{Lease, MAX_LEASE_TTL, NO_LEASE};
 pub use kv::{ReadView, WriteTxn};
 pub use request::*;
 pub use revision::Revision;

@@ -151,6 +151,35 @@ pub struct CompactionResponse {
     pub revision: i64,
 }
 
+/// Grants lease `id` (never 0: the server picks one when the client
+/// does not) for `ttl` seconds. Creates no revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeaseGrantRequest {
+    pub id: i64,
+    pub ttl: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeaseGrantResponse {
+    /// The store's current revision (the header revision).
+    pub revision: i64,
+    pub id: i64,
+    pub ttl: i64,
+}
+
+/// Revokes a lease: its keys are deleted, in key order, under one new
+/// revision (none if it held no keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeaseRevokeRequest {
+    pub id: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeaseRevokeResponse {
+    /// The revision after the revocation (the header revision).
+    pub revision: i64,
+}
+
 /// A request that goes through raft and is applied to the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteRequest {
@@ -158,6 +187,8 @@ pub enum WriteRequest {
     DeleteRange(DeleteRangeRequest),
     Txn(TxnRequest),
     Compaction(CompactionRequest),
+    LeaseGrant(LeaseGrantRequest),
+    LeaseRevoke(LeaseRevokeRequest),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +197,8 @@ pub enum WriteResponse {
     DeleteRange(DeleteRangeResponse),
     Txn(TxnResponse),
     Compaction(CompactionResponse),
+    LeaseGrant(LeaseGrantResponse),
+    LeaseRevoke(LeaseRevokeResponse),
 }
 
 /// One applied request: its answer, and the changes it made in order.

@@ -16,10 +16,12 @@ use crate::error::{Error, Result};
 use crate::index::{RangeEnd, TreeIndex};
 use crate::key_value::{Event, EventKind, KeyValue};
 use crate::kv::{ReadView, WriteTxn};
+use crate::lease::{Lease, LeaseTable};
 use crate::range;
 use crate::request::{
-    Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, WriteRequest, WriteResponse,
+    Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest,
+    LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
+    WriteRequest, WriteResponse,
 };
 use crate::revision::Revision;
 use crate::txn;
@@ -27,6 +29,8 @@ use crate::validate;
 
 /// Prefix of the space holding one stored key-value per revision.
 const KEY_SPACE: u8 = b'k';
+/// Prefix of the space holding each lease's granted TTL.
+const LEASE_SPACE: u8 = b'l';
 // The metadata space is prefixed 'm'; its three keys are spelled whole.
 const META_CONSISTENT_INDEX: &[u8] = b"mconsistent_index";
 const META_CURRENT_REVISION: &[u8] = b"mcurrent_revision";
@@ -57,6 +61,7 @@ pub const SLED_CACHE_BYTES: u64 = 256 << 20;
 
 struct State {
     index: TreeIndex,
+    leases: LeaseTable,
     current_revision: i64,
     compact_revision: i64,
     consistent_index: u64,
@@ -72,6 +77,12 @@ pub struct Store {
     poisoned: AtomicBool,
 }
 
+fn lease_key(id: i64) -> [u8; 9] {
+    let mut key = [LEASE_SPACE; 9];
+    key[1..].copy_from_slice(&id.to_be_bytes());
+    key
+}
+
 fn revision_key(revision: Revision, tombstone: bool) -> Vec<u8> {
     let mut key = Vec::with_capacity(1 + crate::revision::REVISION_BYTES + 1);
     key.push(KEY_SPACE);
@@ -79,9 +90,20 @@ fn revision_key(revision: Revision, tombstone: bool) -> Vec<u8> {
     key
 }
 
-/// Rebuilds the in-memory index from every stored revision, and reads the
+/// Rebuilds the in-memory index from every stored revision, and the lease
+/// table from the stored leases and the values naming them; reads the
 /// current and compact revisions.
-fn rebuild(db: &sled::Db) -> Result<(TreeIndex, i64, i64)> {
+fn rebuild(db: &sled::Db) -> Result<(TreeIndex, LeaseTable, i64, i64)> {
+    let mut leases = LeaseTable::default();
+    for item in db.scan_prefix([LEASE_SPACE]) {
+        let (key, value) = item?;
+        let id = key[1..].try_into().map(i64::from_be_bytes);
+        let ttl = value.as_ref().try_into().map(i64::from_be_bytes);
+        match (id, ttl) {
+            (Ok(id), Ok(ttl)) => leases.grant(id, ttl),
+            _ => return Err(corrupt("lease record is not two i64s")),
+        }
+    }
     let mut index = TreeIndex::default();
     let mut highest = 0;
     for item in db.scan_prefix([KEY_SPACE]) {
@@ -90,8 +112,10 @@ fn rebuild(db: &sled::Db) -> Result<(TreeIndex, i64, i64)> {
         let kv = KeyValue::decode(&value).ok_or_else(|| corrupt("stored value does not decode"))?;
         if tombstone {
             index.tombstone(&kv.key, revision);
+            leases.detach(&kv.key);
         } else {
             index.put(&kv.key, revision);
+            leases.attach(&kv.key, kv.lease);
         }
         highest = revision.main;
     }
@@ -102,7 +126,7 @@ fn rebuild(db: &sled::Db) -> Result<(TreeIndex, i64, i64)> {
         "stored revision {highest} above current {current_revision}"
     );
     let compact_revision = read_i64(db, META_COMPACT_REVISION)?.unwrap_or(NEVER_COMPACTED);
-    Ok((index, current_revision, compact_revision))
+    Ok((index, leases, current_revision, compact_revision))
 }
 
 /// Whether sled refused to open because another handle holds the lock.
@@ -161,12 +185,13 @@ impl Store {
                 result => break result?,
             }
         };
-        let (index, current_revision, compact_revision) = rebuild(&db)?;
+        let (index, leases, current_revision, compact_revision) = rebuild(&db)?;
         let consistent_index = read_i64(&db, META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
         Ok(Store {
             db,
             state: RwLock::new(State {
                 index,
+                leases,
                 current_revision,
                 compact_revision,
                 consistent_index,
@@ -205,6 +230,16 @@ impl Store {
     /// Keys in the index, including deleted ones not yet compacted.
     pub fn indexed_keys(&self) -> usize {
         self.state.read().index.len()
+    }
+
+    /// Lease `id`: its granted TTL and attached keys, if it exists.
+    pub fn lease(&self, id: i64) -> Option<Lease> {
+        self.state.read().leases.get(id).cloned()
+    }
+
+    /// Every lease id with its granted TTL, in id order.
+    pub fn leases(&self) -> Vec<(i64, i64)> {
+        self.state.read().leases.list()
     }
 
     /// A serializable read at the current revision (or the request's).
@@ -261,11 +296,20 @@ impl Store {
                 events: Vec::new(),
             };
         }
-        if let WriteRequest::Compaction(compaction) = request {
-            return Applied {
-                response: self.compact(state, batch, compaction).map(WriteResponse::Compaction),
-                events: Vec::new(),
-            };
+        match request {
+            WriteRequest::Compaction(compaction) => {
+                return Applied {
+                    response: self.compact(state, batch, compaction).map(WriteResponse::Compaction),
+                    events: Vec::new(),
+                }
+            }
+            WriteRequest::LeaseGrant(grant) => {
+                return Applied {
+                    response: grant_lease(state, batch, grant).map(WriteResponse::LeaseGrant),
+                    events: Vec::new(),
+                }
+            }
+            _ => {}
         }
         let mut txn = StoreTxn {
             begin: state.current_revision,
@@ -281,7 +325,8 @@ impl Store {
             WriteRequest::Txn(request) => {
                 txn::plan(&txn, request).map(|path| WriteResponse::Txn(txn::execute(&mut txn, request, &path)))
             }
-            WriteRequest::Compaction(_) => unreachable!("handled above"),
+            WriteRequest::LeaseRevoke(revoke) => txn.revoke_lease(revoke).map(WriteResponse::LeaseRevoke),
+            WriteRequest::Compaction(_) | WriteRequest::LeaseGrant(_) => unreachable!("handled above"),
         };
         let revision = txn.revision();
         let events = std::mem::take(&mut txn.events);
@@ -376,9 +421,10 @@ impl Store {
             return Err(error.into());
         }
         self.flush()?;
-        let (index, current_revision, compact_revision) = rebuild(&self.db)?;
+        let (index, leases, current_revision, compact_revision) = rebuild(&self.db)?;
         *state = State {
             index,
+            leases,
             current_revision,
             compact_revision,
             consistent_index: raft_index,
@@ -399,6 +445,20 @@ impl Store {
         self.db.flush()?;
         Ok(())
     }
+}
+
+/// Grants a lease: a new lease record, no revision.
+fn grant_lease(state: &mut State, batch: &mut Batch, request: &LeaseGrantRequest) -> Result<LeaseGrantResponse> {
+    if state.leases.contains(request.id) {
+        return Err(Error::LeaseExists);
+    }
+    state.leases.grant(request.id, request.ttl);
+    batch.sled.insert(&lease_key(request.id), &request.ttl.to_be_bytes());
+    Ok(LeaseGrantResponse {
+        revision: state.current_revision,
+        id: request.id,
+        ttl: request.ttl,
+    })
 }
 
 /// The writes of one apply batch, before sled has them.
@@ -422,6 +482,22 @@ struct StoreTxn<'a> {
 }
 
 impl StoreTxn<'_> {
+    /// Deletes the lease's keys in key order, all under one revision, then
+    /// the lease.
+    fn revoke_lease(&mut self, request: &LeaseRevokeRequest) -> Result<LeaseRevokeResponse> {
+        let lease = self.state.leases.revoke(request.id).ok_or(Error::LeaseNotFound)?;
+        for key in lease.keys {
+            self.delete_range(&DeleteRangeRequest {
+                key: key.into_vec(),
+                ..DeleteRangeRequest::default()
+            })?;
+        }
+        self.batch.sled.remove(&lease_key(request.id));
+        Ok(LeaseRevokeResponse {
+            revision: self.revision(),
+        })
+    }
+
     fn load(&self, revision: Revision) -> Result<KeyValue> {
         match self.batch.pending.get(&revision) {
             Some(kv) => Ok(kv.clone()),
@@ -469,11 +545,18 @@ impl ReadView for StoreTxn<'_> {
             |revision| self.load(revision),
         )
     }
+
+    fn lease_exists(&self, id: i64) -> bool {
+        self.state.leases.contains(id)
+    }
 }
 
 impl WriteTxn for StoreTxn<'_> {
     fn put(&mut self, request: &PutRequest) -> Result<PutResponse> {
         validate::check_put(request)?;
+        if request.lease != crate::NO_LEASE && !self.state.leases.contains(request.lease) {
+            return Err(Error::LeaseNotFound);
+        }
         let previous = self.live(&request.key)?;
         if (request.ignore_value || request.ignore_lease) && previous.is_none() {
             return Err(Error::KeyNotFound);
@@ -498,6 +581,7 @@ impl WriteTxn for StoreTxn<'_> {
             },
         };
         self.state.index.put(&request.key, revision);
+        self.state.leases.attach(&request.key, kv.lease);
         self.write(revision, false, kv);
         Ok(PutResponse {
             revision: revision.main,
@@ -524,6 +608,7 @@ impl WriteTxn for StoreTxn<'_> {
             }
             let revision = self.next_revision();
             self.state.index.tombstone(key, revision);
+            self.state.leases.detach(key);
             let tombstone = KeyValue {
                 key: key.clone(),
                 mod_revision: revision.main,

@@ -4,10 +4,11 @@
 //! Like etcd, a txn is checked before anything is written: the branch each
 //! level will take is chosen from the view at the txn's start (the path),
 //! and every operation on that path must be able to succeed: first every
-//! put with `ignore_value` or `ignore_lease` needs its key, then every
-//! range at a set revision needs it readable. Together with the duplicate-key rule this means the
-//! execution that follows cannot fail halfway; if it does, an invariant is
-//! broken and the store panics rather than keep half a txn.
+//! put with `ignore_value` or `ignore_lease` needs its key and every put
+//! its lease, then every range at a set revision needs it readable.
+//! Together with the duplicate-key rule this means the execution that
+//! follows cannot fail halfway; if it does, an invariant is broken and the
+//! store panics rather than keep half a txn.
 
 use crate::error::{Error, Result};
 use crate::kv::{ReadView, WriteTxn};
@@ -89,7 +90,16 @@ fn branch(request: &TxnRequest, succeeded: bool) -> &[RequestOp] {
     }
 }
 
-/// A put with `ignore_value` or `ignore_lease` needs its key in the view.
+/// A put's lease must exist.
+fn check_lease(view: &impl ReadView, lease: i64) -> Result<()> {
+    if lease != crate::NO_LEASE && !view.lease_exists(lease) {
+        return Err(Error::LeaseNotFound);
+    }
+    Ok(())
+}
+
+/// A put with `ignore_value` or `ignore_lease` needs its key in the view,
+/// then every put needs its lease to exist (etcd checks in that order).
 fn check_puts(view: &impl ReadView, request: &TxnRequest, path: &[bool], at: &mut usize) -> Result<()> {
     let succeeded = path[*at];
     *at += 1;
@@ -104,7 +114,9 @@ fn check_puts(view: &impl ReadView, request: &TxnRequest, path: &[bool], at: &mu
                 if existing.count == 0 {
                     return Err(Error::KeyNotFound);
                 }
+                check_lease(view, put.lease)?;
             }
+            RequestOp::Put(put) => check_lease(view, put.lease)?,
             RequestOp::Txn(nested) => check_puts(view, nested, path, at)?,
             _ => {}
         }

@@ -6,7 +6,9 @@
 
 use crate::error::{Error, Result};
 use crate::index::RangeEnd;
-use crate::request::{Compare, DeleteRangeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, WriteRequest};
+use crate::request::{
+    Compare, DeleteRangeRequest, LeaseGrantRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, WriteRequest,
+};
 
 /// etcd's default `--max-txn-ops`: the most operations a txn may list in
 /// its compare, success or failure list (each counted on its own).
@@ -17,8 +19,21 @@ pub fn check_write(request: &WriteRequest, max_txn_ops: usize) -> Result<()> {
         WriteRequest::Put(put) => check_put(put),
         WriteRequest::DeleteRange(delete) => check_delete_range(delete),
         WriteRequest::Txn(txn) => check_txn(txn, max_txn_ops),
-        WriteRequest::Compaction(_) => Ok(()),
+        WriteRequest::Compaction(_) | WriteRequest::LeaseRevoke(_) => Ok(()),
+        WriteRequest::LeaseGrant(grant) => check_lease_grant(grant),
     }
+}
+
+/// etcd's lessor refuses lease id 0 (it means "no lease") as not found,
+/// and a TTL over [`crate::MAX_LEASE_TTL`].
+pub fn check_lease_grant(request: &LeaseGrantRequest) -> Result<()> {
+    if request.id == crate::NO_LEASE {
+        return Err(Error::LeaseNotFound);
+    }
+    if request.ttl > crate::MAX_LEASE_TTL {
+        return Err(Error::LeaseTtlTooLarge);
+    }
+    Ok(())
 }
 
 pub fn check_range(request: &RangeRequest) -> Result<()> {

@@ -1,19 +1,21 @@
 //! Goal: the store answers every request exactly as a small reference
 //! model of etcd's semantics does, through random puts, deletes, ranges
-//! with every option, txns (nested too), compactions and restarts.
+//! with every option, txns (nested too), compactions, lease grants and
+//! revocations (with keys attached), and restarts.
 //!
 //! Method: proptest generates a sequence of steps over a tiny key space (so
 //! keys collide, generations end and restart, and ranges overlap). Writes
 //! go through `Store::apply` in random batch sizes; the model keeps the
 //! whole history as a flat list and answers by brute force. Every response
-//! and every event list is compared. A restart drops the store and reopens
-//! it from disk. The model shares only the request checks (`validate`,
+//! and every event list is compared, and so are the leases and the keys
+//! each holds. A restart drops the store and reopens it from disk. The
+//! model finds a lease's keys by brute force (live values naming it). The model shares only the request checks (`validate`,
 //! tested on its own) with the store.
 //!
 //! `PROPTEST_CASES` sets the number of cases (48 by default for CI; run
 //! 1000 for a deeper search).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use mvcc::*;
 use proptest::prelude::*;
@@ -27,6 +29,8 @@ struct Model {
     history: Vec<(i64, Vec<u8>, Option<KeyValue>)>,
     current: i64,
     compact: i64,
+    /// Lease id -> granted TTL.
+    leases: BTreeMap<i64, i64>,
 }
 
 impl Model {
@@ -48,6 +52,14 @@ impl Model {
             .rev()
             .find(|(main, k, _)| *main <= revision && k == key)
             .and_then(|(_, _, kv)| kv.clone())
+    }
+
+    /// The keys whose current value names lease `id`, in key order.
+    fn lease_keys(&self, id: i64) -> Vec<Vec<u8>> {
+        self.keys()
+            .into_iter()
+            .filter(|k| self.at(k, self.current).is_some_and(|kv| kv.lease == id))
+            .collect()
     }
 
     fn in_range(key: &[u8], end: &[u8], candidate: &[u8]) -> bool {
@@ -151,6 +163,9 @@ impl ModelTxn<'_> {
     }
 
     fn put(&mut self, request: &PutRequest) -> Result<PutResponse> {
+        if request.lease != 0 && !self.model.leases.contains_key(&request.lease) {
+            return Err(Error::LeaseNotFound);
+        }
         let previous = self.live(&request.key);
         if (request.ignore_value || request.ignore_lease) && previous.is_none() {
             return Err(Error::KeyNotFound);
@@ -268,7 +283,8 @@ impl ModelTxn<'_> {
         }
     }
 
-    /// etcd's pre-check: puts on the path first, then ranges.
+    /// etcd's pre-check: puts on the path first (key, then lease), then
+    /// ranges.
     fn check(&self, request: &TxnRequest, path: &[bool]) -> Result<()> {
         let mut ops = Vec::new();
         ModelTxn::walk(request, path, &mut 0, &mut |op| ops.push(op));
@@ -276,6 +292,9 @@ impl ModelTxn<'_> {
             if let RequestOp::Put(put) = op {
                 if (put.ignore_value || put.ignore_lease) && self.live(&put.key).is_none() {
                     return Err(Error::KeyNotFound);
+                }
+                if put.lease != 0 && !self.model.leases.contains_key(&put.lease) {
+                    return Err(Error::LeaseNotFound);
                 }
             }
         }
@@ -336,6 +355,26 @@ impl Model {
                 events: Vec::new(),
             };
         }
+        if let WriteRequest::LeaseGrant(grant) = request {
+            let response = if self.leases.contains_key(&grant.id) {
+                Err(Error::LeaseExists)
+            } else {
+                self.leases.insert(grant.id, grant.ttl);
+                Ok(WriteResponse::LeaseGrant(LeaseGrantResponse {
+                    revision: self.current,
+                    id: grant.id,
+                    ttl: grant.ttl,
+                }))
+            };
+            return Applied {
+                response,
+                events: Vec::new(),
+            };
+        }
+        let doomed = match request {
+            WriteRequest::LeaseRevoke(revoke) => self.lease_keys(revoke.id),
+            _ => Vec::new(),
+        };
         let begin = self.current;
         let mut txn = ModelTxn {
             model: self,
@@ -355,7 +394,19 @@ impl Model {
                     WriteResponse::Txn(response)
                 })
             }
-            WriteRequest::Compaction(_) => unreachable!(),
+            WriteRequest::LeaseRevoke(revoke) => match txn.model.leases.remove(&revoke.id) {
+                None => Err(Error::LeaseNotFound),
+                Some(_) => {
+                    for key in doomed {
+                        txn.delete(&DeleteRangeRequest {
+                            key,
+                            ..DeleteRangeRequest::default()
+                        });
+                    }
+                    Ok(WriteResponse::LeaseRevoke(LeaseRevokeResponse { revision: txn.view() }))
+                }
+            },
+            WriteRequest::Compaction(_) | WriteRequest::LeaseGrant(_) => unreachable!(),
         };
         let (view, events) = (txn.view(), std::mem::take(&mut txn.events));
         self.current = view;
@@ -520,6 +571,9 @@ fn write_request() -> impl Strategy<Value = WriteRequest> {
         2 => delete_request().prop_map(WriteRequest::DeleteRange),
         3 => txn_request().prop_map(WriteRequest::Txn),
         1 => (-1i64..30).prop_map(|revision| WriteRequest::Compaction(CompactionRequest { revision })),
+        1 => (0i64..3, prop_oneof![4 => 1i64..100, 1 => MAX_LEASE_TTL - 1..MAX_LEASE_TTL + 2])
+            .prop_map(|(id, ttl)| WriteRequest::LeaseGrant(LeaseGrantRequest { id, ttl })),
+        1 => (0i64..3).prop_map(|id| WriteRequest::LeaseRevoke(LeaseRevokeRequest { id })),
     ]
 }
 
@@ -576,6 +630,11 @@ proptest! {
             }
             prop_assert_eq!(store.current_revision(), model.current);
             prop_assert_eq!(store.compact_revision(), model.compact);
+            prop_assert_eq!(store.leases(), model.leases.iter().map(|(&id, &ttl)| (id, ttl)).collect::<Vec<_>>());
+            for &id in model.leases.keys() {
+                let keys: Vec<Vec<u8>> = store.lease(id).unwrap().keys.into_iter().map(Vec::from).collect();
+                prop_assert_eq!(keys, model.lease_keys(id), "keys of lease {}", id);
+            }
         }
     }
 }
