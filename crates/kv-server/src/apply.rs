@@ -89,6 +89,13 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
             Some(Request::Compaction(compaction)) => Ok(mvcc::WriteRequest::Compaction(mvcc::CompactionRequest {
                 revision: compaction.revision,
             })),
+            Some(Request::LeaseGrant(grant)) => Ok(mvcc::WriteRequest::LeaseGrant(mvcc::LeaseGrantRequest {
+                id: grant.id,
+                ttl: grant.ttl,
+            })),
+            Some(Request::LeaseRevoke(revoke)) => Ok(mvcc::WriteRequest::LeaseRevoke(mvcc::LeaseRevokeRequest {
+                id: revoke.id,
+            })),
             Some(Request::Attributes(attributes)) => {
                 publish(state, attributes);
                 continue;
@@ -109,13 +116,22 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
     // Tests stall the apply stage here (`kv::apply=1*sleep(ms)`) to hold
     // the applied index still while raft commits more.
     fail::fail_point!("kv::apply");
-    let mut applied = match state.store.apply(last_index, &requests) {
-        Ok(applied) => applied.into_iter(),
+    let applied = match state.store.apply(last_index, &requests) {
+        Ok(applied) => applied,
         Err(error) => {
             tracing::error!(%error, "the store failed to apply committed entries; stopping the member");
             std::process::exit(1);
         }
     };
+    // The leader's lease deadlines follow grants and revocations.
+    for (request, result) in requests.iter().zip(&applied) {
+        match (request, &result.response) {
+            (mvcc::WriteRequest::LeaseGrant(grant), Ok(_)) => state.lessor.granted(grant.id, grant.ttl),
+            (mvcc::WriteRequest::LeaseRevoke(revoke), Ok(_)) => state.lessor.revoked(revoke.id),
+            _ => {}
+        }
+    }
+    let mut applied = applied.into_iter();
     for (owner, refused) in outcomes {
         let result = match refused {
             None => applied.next().expect("one result per request"),

@@ -12,6 +12,7 @@ pub fn status(error: &mvcc::Error) -> Status {
         Code::InvalidArgument => tonic::Code::InvalidArgument,
         Code::NotFound => tonic::Code::NotFound,
         Code::OutOfRange => tonic::Code::OutOfRange,
+        Code::FailedPrecondition => tonic::Code::FailedPrecondition,
         Code::Internal => tonic::Code::Internal,
     };
     Status::new(code, error.to_string())

@@ -45,26 +45,6 @@ fn queue_error<T>(error: TrySendError<T>) -> Status {
     }
 }
 
-/// This server grants no leases yet, so every lease id names a lease that
-/// does not exist: etcd's answer for an unknown lease.
-fn check_no_lease(lease: i64) -> Result<(), Status> {
-    if lease != 0 {
-        return Err(convert::status(&mvcc::Error::LeaseNotFound));
-    }
-    Ok(())
-}
-
-fn check_txn_leases(txn: &mvcc::TxnRequest) -> Result<(), Status> {
-    for op in txn.success.iter().chain(&txn.failure) {
-        match op {
-            mvcc::RequestOp::Put(put) => check_no_lease(put.lease)?,
-            mvcc::RequestOp::Txn(nested) => check_txn_leases(nested)?,
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 /// Bytes a txn's puts would add, over both branches.
 fn txn_put_bytes(txn: &mvcc::TxnRequest) -> usize {
     txn.success
@@ -129,7 +109,7 @@ impl KvService {
     /// etcd's quota: a write that adds data is refused once the store has
     /// reached `--quota-backend-bytes`. Deletes and compactions still go
     /// through, so space can be won back.
-    fn check_quota(&self, added_bytes: usize) -> Result<(), Status> {
+    pub fn check_quota(&self, added_bytes: usize) -> Result<(), Status> {
         let size = self.state.disk_bytes.load(Ordering::Acquire);
         if size + added_bytes as u64 > self.state.config.quota_backend_bytes {
             return Err(errors::no_space());
@@ -137,7 +117,7 @@ impl KvService {
         Ok(())
     }
 
-    fn header(&self, revision: i64) -> Option<pb::ResponseHeader> {
+    pub fn header(&self, revision: i64) -> Option<pb::ResponseHeader> {
         self.state.header_fields().header(revision)
     }
 }
@@ -164,7 +144,6 @@ impl Kv for KvService {
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         let request = request.into_inner();
         mvcc::validate::check_put(&convert::put_request(request.clone())).map_err(|e| convert::status(&e))?;
-        check_no_lease(request.lease)?;
         self.check_quota(request.key.len() + request.value.len())?;
         match self.propose(raft_request::Request::Put(request)).await? {
             mvcc::WriteResponse::Put(response) => {
@@ -196,7 +175,6 @@ impl Kv for KvService {
         let request = request.into_inner();
         let checked = convert::txn_request(request.clone()).map_err(|e| convert::status(&e))?;
         mvcc::validate::check_txn(&checked, self.state.config.max_txn_ops).map_err(|e| convert::status(&e))?;
-        check_txn_leases(&checked)?;
         let put_bytes = txn_put_bytes(&checked);
         if put_bytes > 0 {
             self.check_quota(put_bytes)?;

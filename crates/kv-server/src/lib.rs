@@ -12,8 +12,9 @@
 //! - [`apply`]: the apply stage (one thread): committed entries to the
 //!   store in batches; answers waiting clients and released reads.
 //! - [`transport`]: peer gRPC streams carrying raft messages as bytes.
-//! - [`kv_service`], [`cluster_service`], [`maintenance_service`]: etcd's
-//!   gRPC services; [`http`]: `/health` and `/version`;
+//! - [`kv_service`], [`lease_service`], [`cluster_service`],
+//!   [`maintenance_service`]: etcd's gRPC services;
+//! - [`lessor`]: the leader's lease deadlines; [`http`]: `/health` and `/version`;
 //!   [`client_listener`]: the client port's bounded listener.
 //! - [`allocator`]: mimalloc's settings;
 //! - [`state`]: what the parts share; [`convert`]: wire types to store
@@ -38,6 +39,8 @@ pub mod convert;
 pub mod errors;
 pub mod http;
 pub mod kv_service;
+pub mod lease_service;
+pub mod lessor;
 pub mod log_store;
 pub mod maintenance_service;
 pub mod membership;

@@ -14,11 +14,13 @@ use crate::cluster_service::ClusterService;
 use crate::config::{self, Config, GRPC_OVERHEAD_BYTES};
 use crate::http;
 use crate::kv_service::KvService;
+use crate::lease_service::{LeaseIds, LeaseService, PeerChannels};
 use crate::maintenance_service::MaintenanceService;
 use crate::membership::Membership;
 use crate::node::{Node, NodeInput, NODE_INPUT_CAPACITY};
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
+use crate::proto::etcdserverpb::lease_server::LeaseServer;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::proto::kvserverpb::{raft_request, MemberAttributes};
 use crate::raft_storage::RaftStorage;
@@ -98,6 +100,16 @@ async fn serve(
     state: Arc<MemberState>,
     node: std::sync::mpsc::SyncSender<NodeInput>,
 ) -> Result<(), String> {
+    let kv = KvService {
+        state: state.clone(),
+        node: node.clone(),
+    };
+    let lease = LeaseService {
+        kv: kv.clone(),
+        peers: Arc::new(PeerChannels::new(&state.membership)),
+        ids: Arc::new(LeaseIds::new(state.member_id())),
+    };
+    tokio::spawn(lease.clone().revoke_expired());
     for url in config::urls(&config.listen_peer_urls) {
         let address = config::socket_addr(&url)?;
         let listener = tokio::net::TcpListener::bind(address)
@@ -106,7 +118,7 @@ async fn serve(
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let peers = tonic::transport::Server::builder()
             .tcp_nodelay(true)
-            .add_service(transport::server(node.clone()));
+            .add_service(transport::server(node.clone(), lease.clone()));
         tokio::spawn(async move {
             if let Err(error) = peers.serve_with_incoming(incoming).await {
                 tracing::error!(%error, "peer server stopped");
@@ -115,14 +127,11 @@ async fn serve(
         tracing::info!(url, "serving peers");
     }
 
-    let kv = KvService {
-        state: state.clone(),
-        node: node.clone(),
-    };
     let max_decoding = config.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_service_status("", ServingStatus::NotServing).await;
     let router = tonic::service::Routes::new(KvServer::new(kv.clone()).max_decoding_message_size(max_decoding))
+        .add_service(LeaseServer::new(lease).max_decoding_message_size(max_decoding))
         .add_service(
             ClusterServer::new(ClusterService { state: state.clone() }).max_decoding_message_size(max_decoding),
         )

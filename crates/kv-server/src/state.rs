@@ -11,6 +11,7 @@ use tonic::Status;
 
 use crate::config::Config;
 use crate::convert::HeaderFields;
+use crate::lessor::Lessor;
 use crate::membership::Membership;
 
 /// How a proposal ends: applied (with the store's answer), or failed.
@@ -39,6 +40,8 @@ pub struct MemberState {
     next_sequence: AtomicU64,
     /// Every member's published client URLs.
     pub client_urls: Mutex<ClientUrls>,
+    /// Lease deadlines, kept while this member leads.
+    pub lessor: Lessor,
     /// Index of the snapshot the marker records; serialises marker writes
     /// from the raft loop (local snapshots) and the apply stage (installs).
     snapshot_marker: Mutex<u64>,
@@ -68,6 +71,7 @@ impl MemberState {
             waiters: Mutex::new(HashMap::new()),
             next_sequence: AtomicU64::new(start),
             client_urls: Mutex::new(client_urls),
+            lessor: Lessor::default(),
             snapshot_marker: Mutex::new(0),
         }
     }

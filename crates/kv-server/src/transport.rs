@@ -16,8 +16,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::lease_service::LeaseService;
 use crate::membership::Membership;
 use crate::node::NodeInput;
+use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::peer_client::PeerClient;
 use crate::proto::kvserverpb::peer_server::{Peer, PeerServer};
 use crate::proto::kvserverpb::{PeerAck, RaftBatch};
@@ -125,9 +127,11 @@ async fn send_loop(
     }
 }
 
-/// Receives peers' streams and hands their messages to the raft loop.
+/// Receives peers' streams and hands their messages to the raft loop;
+/// answers the lease calls followers forward to the leader.
 pub struct PeerService {
     pub node: SyncSender<NodeInput>,
+    pub lease: LeaseService,
 }
 
 #[tonic::async_trait]
@@ -144,8 +148,24 @@ impl Peer for PeerService {
         }
         Ok(Response::new(PeerAck {}))
     }
+
+    async fn lease_keep_alive(
+        &self,
+        request: Request<pb::LeaseKeepAliveRequest>,
+    ) -> Result<Response<pb::LeaseKeepAliveResponse>, Status> {
+        let id = request.into_inner().id;
+        Ok(Response::new(self.lease.keep_alive_as_leader(id).await?))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        request: Request<pb::LeaseTimeToLiveRequest>,
+    ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        let request = request.into_inner();
+        Ok(Response::new(self.lease.time_to_live_as_leader(request).await?))
+    }
 }
 
-pub fn server(node: SyncSender<NodeInput>) -> PeerServer<PeerService> {
-    PeerServer::new(PeerService { node }).max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+pub fn server(node: SyncSender<NodeInput>, lease: LeaseService) -> PeerServer<PeerService> {
+    PeerServer::new(PeerService { node, lease }).max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
 }

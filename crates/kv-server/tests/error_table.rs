@@ -5,8 +5,10 @@
 //! Method: a 3-member cluster of real processes with a small
 //! `--quota-backend-bytes`, driven through gRPC. The quota row writes until
 //! refused (bounded in count); the no-leader row kills two members and
-//! writes to the third. The apply-lag "too many requests" row needs a
-//! stalled store and has its own test (`apply_lag.rs`).
+//! writes to the third. The lease rows (unknown lease, TTL too large,
+//! lease already exists) are in `lease.rs`, asserted against real etcd
+//! too; the apply-lag "too many requests" row needs a stalled store and
+//! has its own test (`apply_lag.rs`).
 
 mod common;
 

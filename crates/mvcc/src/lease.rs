@@ -57,7 +57,13 @@ impl LeaseTable {
 
     /// Adds a lease with no keys. The caller has checked it is new.
     pub fn grant(&mut self, id: i64, ttl: i64) {
-        let previous = self.leases.insert(id, Lease { ttl, keys: BTreeSet::new() });
+        let previous = self.leases.insert(
+            id,
+            Lease {
+                ttl,
+                keys: BTreeSet::new(),
+            },
+        );
         debug_assert!(previous.is_none(), "lease {id} granted twice");
     }
 

@@ -356,15 +356,16 @@ impl Model {
             };
         }
         if let WriteRequest::LeaseGrant(grant) = request {
-            let response = if self.leases.contains_key(&grant.id) {
-                Err(Error::LeaseExists)
-            } else {
-                self.leases.insert(grant.id, grant.ttl);
-                Ok(WriteResponse::LeaseGrant(LeaseGrantResponse {
-                    revision: self.current,
-                    id: grant.id,
-                    ttl: grant.ttl,
-                }))
+            let response = match self.leases.entry(grant.id) {
+                std::collections::btree_map::Entry::Occupied(_) => Err(Error::LeaseExists),
+                std::collections::btree_map::Entry::Vacant(vacant) => {
+                    vacant.insert(grant.ttl);
+                    Ok(WriteResponse::LeaseGrant(LeaseGrantResponse {
+                        revision: self.current,
+                        id: grant.id,
+                        ttl: grant.ttl,
+                    }))
+                }
             };
             return Applied {
                 response,
