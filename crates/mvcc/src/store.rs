@@ -35,6 +35,44 @@ const LEASE_SPACE: u8 = b'l';
 const META_CONSISTENT_INDEX: &[u8] = b"mconsistent_index";
 const META_CURRENT_REVISION: &[u8] = b"mcurrent_revision";
 const META_COMPACT_REVISION: &[u8] = b"mcompact_revision";
+/// Present while a snapshot is being restored (see `restore_from`).
+const META_RESTORING: &[u8] = b"mrestoring";
+
+/// Bytes of keys and values per sled batch while restoring a snapshot:
+/// large enough that a restore is a few hundred batches for a full 2 GiB
+/// store, small enough to keep one batch's memory modest.
+pub const RESTORE_BATCH_BYTES: usize = 64 << 20;
+
+/// Largest key or stored value a snapshot may hold. Values are bounded by
+/// the server's `--max-request-bytes` (1.5 MiB by default, and etcd's docs
+/// advise at most 10 MiB); 256 MiB stops a corrupt length from asking for
+/// gigabytes while leaving room for any sane setting.
+pub const SNAPSHOT_PART_BYTES_MAX: usize = 256 << 20;
+
+/// Reads one length-prefixed part of a snapshot; `None` at a clean end.
+fn read_part(input: &mut impl std::io::Read) -> Result<Option<Vec<u8>>> {
+    let mut length = [0u8; 4];
+    let mut filled = 0;
+    while filled < 4 {
+        match input.read(&mut length[filled..]) {
+            Ok(0) if filled == 0 => return Ok(None),
+            Ok(0) => return Err(corrupt("snapshot cut short")),
+            Ok(n) => filled += n,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(Error::Storage(format!("reading a snapshot: {error}"))),
+        }
+    }
+    let length = u32::from_be_bytes(length) as usize;
+    if length > SNAPSHOT_PART_BYTES_MAX {
+        return Err(corrupt("snapshot part over its bound"));
+    }
+    let mut part = vec![0u8; length];
+    input.read_exact(&mut part).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => corrupt("snapshot cut short"),
+        _ => Error::Storage(format!("reading a snapshot: {e}")),
+    })?;
+    Ok(Some(part))
+}
 
 /// How often, and how far apart, `open` retries sled's directory lock.
 /// Dropping a sled handle releases the lock only once sled's background
@@ -369,57 +407,83 @@ impl Store {
     }
 
     /// Everything the store holds, for a raft snapshot, and the raft index
-    /// it reflects (the consistent index). Layout: a sequence of
-    /// `key length u32 BE, key, value length u32 BE, value` for every sled
-    /// key, metadata included. Taken under the read lock, so it is one
-    /// consistent point.
+    /// it reflects (the consistent index). See [`Store::snapshot_to`].
     pub fn snapshot(&self) -> Result<(u64, Vec<u8>)> {
+        let mut data = Vec::new();
+        let index = self.snapshot_to(&mut data)?;
+        Ok((index, data))
+    }
+
+    /// Writes everything the store holds to `out`, metadata included, and
+    /// returns the raft index it reflects (the consistent index). Layout: a
+    /// sequence of `key length u32 BE, key, value length u32 BE, value`
+    /// for every sled key. Taken under the read lock, so it is one
+    /// consistent point; applies wait meanwhile, so `out` should be local
+    /// (a file), not a network peer.
+    pub fn snapshot_to(&self, out: &mut impl std::io::Write) -> Result<u64> {
         self.check_usable()?;
         let state = self.state.read();
-        let mut data = Vec::new();
+        let io = |e: std::io::Error| Error::Storage(format!("writing a snapshot: {e}"));
         for item in self.db.iter() {
             let (key, value) = item?;
             for part in [&key[..], &value[..]] {
                 let length = u32::try_from(part.len()).map_err(|_| corrupt("stored item over 4 GiB"))?;
-                data.extend_from_slice(&length.to_be_bytes());
-                data.extend_from_slice(part);
+                out.write_all(&length.to_be_bytes()).map_err(io)?;
+                out.write_all(part).map_err(io)?;
             }
         }
-        Ok((state.consistent_index, data))
+        Ok(state.consistent_index)
     }
 
     /// Replaces everything with a snapshot taken by [`Store::snapshot`] on
-    /// another member, at raft index `raft_index`, in one atomic sled batch,
-    /// then rebuilds the index. Flushes, so that once this returns the
-    /// store on disk reflects the snapshot.
+    /// another member. See [`Store::restore_from`].
     pub fn restore(&self, raft_index: u64, data: &[u8]) -> Result<()> {
+        self.restore_from(raft_index, data)
+    }
+
+    /// Replaces everything with a snapshot read from `input` (written by
+    /// [`Store::snapshot_to`] on another member) for raft index
+    /// `raft_index`, then rebuilds the index. The consistent index becomes
+    /// the snapshot's own when that is higher: the leader may have applied
+    /// more by the time it wrote the snapshot, and those entries must then
+    /// be skipped here.
+    ///
+    /// A snapshot can be larger than memory, so it goes in in batches of
+    /// [`RESTORE_BATCH_BYTES`]. The first batch clears the store and sets
+    /// the `restoring` mark; the last sets the consistent index and clears
+    /// the mark, then everything is flushed. A store opened with the mark
+    /// set ([`Store::is_restoring`]) holds part of a snapshot, and must be
+    /// restored again before use.
+    pub fn restore_from(&self, raft_index: u64, mut input: impl std::io::Read) -> Result<()> {
         self.check_usable()?;
         let mut state = self.state.write();
         let mut batch = sled::Batch::default();
         for item in self.db.iter() {
             batch.remove(item?.0);
         }
-        let mut rest = data;
-        let take = |rest: &mut &[u8]| -> Result<Vec<u8>> {
-            let length = rest.get(..4).ok_or_else(|| corrupt("snapshot cut short"))?;
-            let length = u32::from_be_bytes(length.try_into().expect("4 bytes")) as usize;
-            let part = rest
-                .get(4..4 + length)
-                .ok_or_else(|| corrupt("snapshot cut short"))?
-                .to_vec();
-            *rest = &rest[4 + length..];
-            Ok(part)
-        };
-        while !rest.is_empty() {
-            let key = take(&mut rest)?;
-            let value = take(&mut rest)?;
+        batch.insert(META_RESTORING, &[1u8][..]);
+        self.apply_restore_batch(batch)?;
+        let mut batch = sled::Batch::default();
+        let mut batch_bytes = 0;
+        let mut snapshot_index = 0;
+        while let Some(key) = read_part(&mut input)? {
+            let value = read_part(&mut input)?.ok_or_else(|| corrupt("snapshot cut short"))?;
+            if key == META_CONSISTENT_INDEX {
+                let bytes: [u8; 8] = value[..].try_into().map_err(|_| corrupt("metadata is not 8 bytes"))?;
+                snapshot_index = i64::from_be_bytes(bytes) as u64;
+                continue;
+            }
+            batch_bytes += key.len() + value.len();
             batch.insert(key, value);
+            if batch_bytes >= RESTORE_BATCH_BYTES {
+                self.apply_restore_batch(std::mem::take(&mut batch))?;
+                batch_bytes = 0;
+            }
         }
-        batch.insert(META_CONSISTENT_INDEX, &(raft_index as i64).to_be_bytes());
-        if let Err(error) = self.db.apply_batch(batch) {
-            self.poisoned.store(true, Ordering::Release);
-            return Err(error.into());
-        }
+        let consistent_index = raft_index.max(snapshot_index);
+        batch.insert(META_CONSISTENT_INDEX, &(consistent_index as i64).to_be_bytes());
+        batch.remove(META_RESTORING);
+        self.apply_restore_batch(batch)?;
         self.flush()?;
         let (index, leases, current_revision, compact_revision) = rebuild(&self.db)?;
         *state = State {
@@ -427,9 +491,23 @@ impl Store {
             leases,
             current_revision,
             compact_revision,
-            consistent_index: raft_index,
+            consistent_index,
         };
         Ok(())
+    }
+
+    fn apply_restore_batch(&self, batch: sled::Batch) -> Result<()> {
+        if let Err(error) = self.db.apply_batch(batch) {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(error.into());
+        }
+        Ok(())
+    }
+
+    /// Whether the store holds part of a snapshot: a restore was under way
+    /// when the process stopped. See [`Store::restore_from`].
+    pub fn is_restoring(&self) -> Result<bool> {
+        Ok(self.db.contains_key(META_RESTORING)?)
     }
 
     /// Bytes the store occupies on disk.

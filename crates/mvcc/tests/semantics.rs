@@ -575,3 +575,50 @@ fn snapshot_restores_exactly() {
     assert_eq!(reopened.range(&all).unwrap(), source.store.range(&all).unwrap());
     assert_eq!(reopened.hash_kv(0).unwrap(), source.store.hash_kv(0).unwrap());
 }
+
+// Goal: a restore cut short leaves a store that says so (and refuses to
+// pass for whole), a full restore afterwards clears the mark, and a
+// snapshot taken further along than the raft index it is restored for
+// keeps its own, higher consistent index (the entries in between are in
+// it already). Leases travel with the snapshot.
+#[test]
+fn interrupted_restore_is_marked_and_a_later_index_is_kept() {
+    let source = Harness::new();
+    source
+        .store
+        .apply(
+            20,
+            &[
+                WriteRequest::LeaseGrant(LeaseGrantRequest { id: 7, ttl: 30 }),
+                put("a", "1"),
+                WriteRequest::Put(PutRequest {
+                    key: b"b".to_vec(),
+                    value: b"2".to_vec(),
+                    lease: 7,
+                    ..PutRequest::default()
+                }),
+            ],
+        )
+        .unwrap();
+    let (index, data) = source.store.snapshot().unwrap();
+    assert_eq!(index, 20);
+
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let target = Store::open(dir.path()).unwrap();
+        let error = target.restore(15, &data[..data.len() - 3]).unwrap_err();
+        assert!(error.to_string().contains("snapshot cut short"), "{error}");
+    }
+    let target = Store::open(dir.path()).unwrap();
+    assert!(target.is_restoring().unwrap());
+    target.restore(15, &data).unwrap();
+    assert!(!target.is_restoring().unwrap());
+    assert_eq!(target.consistent_index(), 20, "the snapshot's own index wins");
+    assert_eq!(target.hash_kv(0).unwrap(), source.store.hash_kv(0).unwrap());
+    let lease = target.lease(7).expect("the lease came with the snapshot");
+    assert_eq!(lease.ttl, 30);
+    assert_eq!(
+        lease.keys.into_iter().map(Vec::from).collect::<Vec<_>>(),
+        vec![b"b".to_vec()]
+    );
+}
