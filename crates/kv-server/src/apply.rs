@@ -25,11 +25,12 @@ pub const ATTRIBUTES_FILE: &str = "member/attributes.json";
 
 pub enum ApplyInput {
     Entries(Vec<Entry>),
-    /// A snapshot from the leader: replaces the store's contents.
+    /// A snapshot from the leader: replaces the store's contents with the
+    /// pending snapshot file at `path` (see `snapshot_transfer.rs`).
     Restore {
         index: u64,
         term: u64,
-        data: Vec<u8>,
+        path: PathBuf,
     },
     Read {
         index: u64,
@@ -45,7 +46,7 @@ pub fn run(state: Arc<MemberState>, inputs: Receiver<ApplyInput>) {
     for input in inputs {
         match input {
             ApplyInput::Entries(entries) => apply_entries(&state, entries),
-            ApplyInput::Restore { index, term, data } => restore(&state, index, term, &data),
+            ApplyInput::Restore { index, term, path } => restore(&state, index, term, &path),
             ApplyInput::Read { index, waiters } => reads.push((index, waiters)),
         }
         let applied = state.applied_index.load(Ordering::Acquire);
@@ -147,10 +148,25 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
     state.applied_index.store(last_index, Ordering::Release);
 }
 
-/// Installs a leader's snapshot: the store takes its contents (and flushes
-/// them), then the marker records it, so a restart replays from there.
-fn restore(state: &MemberState, index: u64, term: u64, data: &[u8]) {
-    if let Err(error) = state.store.restore(index, data) {
+/// Installs a leader's snapshot: the store takes the pending file's
+/// contents (and flushes them), then the marker records it, so a restart
+/// replays from there, and the file goes.
+fn restore(state: &MemberState, index: u64, term: u64, path: &std::path::Path) {
+    // Tests stop the member here (`kv::restore=return`): the WAL holds the
+    // snapshot's record, the store does not yet hold its contents.
+    fail::fail_point!("kv::restore", |_| {
+        tracing::error!("failpoint kv::restore: stopping before installing a snapshot");
+        std::process::exit(1)
+    });
+    let restored = std::fs::File::open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))
+        .and_then(|file| {
+            state
+                .store
+                .restore_from(index, std::io::BufReader::new(file))
+                .map_err(|e| e.to_string())
+        });
+    if let Err(error) = restored {
         tracing::error!(%error, "could not install a snapshot; stopping the member");
         std::process::exit(1);
     }
@@ -158,8 +174,10 @@ fn restore(state: &MemberState, index: u64, term: u64, data: &[u8]) {
         tracing::error!(%error, "could not record a snapshot; stopping the member");
         std::process::exit(1);
     }
-    state.applied_index.store(index, Ordering::Release);
-    tracing::info!(index, term, bytes = data.len(), "installed a snapshot from the leader");
+    crate::snapshot_transfer::remove_pending_through(&state.config.data_dir(), index);
+    let applied = state.store.consistent_index();
+    state.applied_index.store(applied, Ordering::Release);
+    tracing::info!(index, term, applied, "installed a snapshot from the leader");
 }
 
 fn attributes_path(state: &MemberState) -> PathBuf {

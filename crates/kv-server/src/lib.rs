@@ -11,7 +11,8 @@
 //! - [`log_store`]: what raft reads: that log, and the store as snapshots.
 //! - [`apply`]: the apply stage (one thread): committed entries to the
 //!   store in batches; answers waiting clients and released reads.
-//! - [`transport`]: peer gRPC streams carrying raft messages as bytes.
+//! - [`transport`]: peer gRPC streams carrying raft messages as bytes;
+//!   [`snapshot_transfer`]: snapshots streamed apart, as files.
 //! - [`kv_service`], [`lease_service`], [`cluster_service`],
 //!   [`maintenance_service`]: etcd's gRPC services;
 //! - [`lessor`]: the leader's lease deadlines; [`http`]: `/health` and `/version`;
@@ -49,5 +50,6 @@ pub mod proto;
 pub mod raft_storage;
 pub mod server;
 pub mod slog_bridge;
+pub mod snapshot_transfer;
 pub mod state;
 pub mod transport;

@@ -1,9 +1,11 @@
 //! What raft reads its log and snapshots from: raft-rs's in-memory log for
 //! entries, and the MVCC store for snapshots.
 //!
-//! A snapshot is the whole store (`mvcc::Store::snapshot`) at the raft
-//! index it has applied. Raft asks for one when a follower needs entries
-//! that were compacted away.
+//! A snapshot is the whole store at the raft index it has applied. Raft
+//! asks for one when a follower needs entries that were compacted away;
+//! what it gets here is only the metadata, and the store's contents follow
+//! apart (`snapshot_transfer.rs`), so the raft thread never copies the
+//! store.
 //!
 //! Compaction keeps the term of the entry just before the new first index,
 //! which raft needs for log matching but `MemStorage::compact` drops.
@@ -85,21 +87,16 @@ impl Storage for LogStore {
         self.memory.last_index()
     }
 
-    /// The store as it is now. Its index is whatever the apply stage has
-    /// reached, which is at least `request_index` once the member has
-    /// applied that far; until then raft is told to ask again.
+    /// A snapshot of the store as it is now, metadata only: its index is
+    /// whatever the apply stage has reached, which is at least
+    /// `request_index` once the member has applied that far; until then
+    /// raft is told to ask again.
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        let (index, data) = self
-            .store
-            .snapshot()
-            .map_err(|e| raft::Error::Store(StorageError::Other(Box::new(e))))?;
+        let index = self.store.consistent_index();
         if index < request_index {
             return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }
-        let mut snapshot = Snapshot {
-            data: data.into(),
-            ..Snapshot::default()
-        };
+        let mut snapshot = Snapshot::default();
         let metadata = snapshot.mut_metadata();
         metadata.index = index;
         metadata.term = self.term(index)?;

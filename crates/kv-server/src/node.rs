@@ -11,7 +11,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use raft::prelude::{Entry, Message, MessageType};
+use raft::prelude::{Entry, Message};
 use raft::{Config as RaftConfig, RawNode, SnapshotStatus, Storage};
 
 use crate::apply::ApplyInput;
@@ -33,6 +33,8 @@ pub enum NodeInput {
     Message(Box<Message>),
     /// The transport could not reach this peer.
     Unreachable(u64),
+    /// How sending a snapshot to a peer ended.
+    SnapshotStatus { to: u64, failed: bool },
 }
 
 /// Capacity of the loop's input queue. 8192 covers a thousand clients with
@@ -174,6 +176,14 @@ impl Node {
                 }
             }
             NodeInput::Unreachable(peer) => self.raw.report_unreachable(peer),
+            NodeInput::SnapshotStatus { to, failed } => {
+                let status = if failed {
+                    SnapshotStatus::Failure
+                } else {
+                    SnapshotStatus::Finish
+                };
+                self.raw.report_snapshot(to, status);
+            }
         }
     }
 
@@ -266,11 +276,8 @@ impl Node {
                 .apply_snapshot(snapshot.clone())
                 .expect("a leader's snapshot is newer than our log");
             self.snapshot_index = index;
-            self.send_apply(ApplyInput::Restore {
-                index,
-                term,
-                data: snapshot.data.to_vec(),
-            });
+            let path = std::path::PathBuf::from(String::from_utf8_lossy(&snapshot.data).into_owned());
+            self.send_apply(ApplyInput::Restore { index, term, path });
         }
 
         // 3. Committed entries go to the apply stage. They are durable on
@@ -325,19 +332,10 @@ impl Node {
             .store(self.raw.raft.raft_log.committed, Ordering::Release);
     }
 
-    /// Sends messages to peers. A snapshot counts as delivered once queued;
-    /// if it is lost, the follower's next answer shows it still behind and
-    /// raft sends another.
+    /// Sends messages to peers. A snapshot's transfer reports back with
+    /// `NodeInput::SnapshotStatus` when it ends.
     fn send(&mut self, messages: Vec<Message>) {
-        let snapshots: Vec<u64> = messages
-            .iter()
-            .filter(|m| m.get_msg_type() == MessageType::MsgSnapshot)
-            .map(|m| m.to)
-            .collect();
         self.transport.send(messages);
-        for to in snapshots {
-            self.raw.report_snapshot(to, SnapshotStatus::Finish);
-        }
     }
 
     /// Every `--snapshot-count` applied entries: flush the store, record a

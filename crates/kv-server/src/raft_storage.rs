@@ -11,12 +11,17 @@
 //! after the store was flushed at or past that index and the WAL holds the
 //! snapshot record, so on restart the WAL replays from it and the store
 //! already has everything before it. Without the file, replay starts at 0.
+//!
+//! A pending snapshot file from the leader, newer than the marker, takes
+//! its place when the WAL holds its record (see `snapshot_transfer.rs`).
 
 use std::path::Path;
 
 use protobuf::Message as _;
 use raft::prelude::{ConfState, Entry, HardState};
 use raft::storage::{MemStorage, Storage};
+
+use crate::snapshot_transfer;
 
 /// Where the member's WAL lives inside its data directory (etcd's layout).
 pub const WAL_DIR: &str = "member/wal";
@@ -51,6 +56,21 @@ pub fn write_marker(data_dir: &Path, index: u64, term: u64) -> std::io::Result<(
     std::fs::File::open(path.parent().expect("marker has a parent"))?.sync_all()
 }
 
+/// Completes an install a crash cut short: restores the store from the
+/// pending file unless it already holds the snapshot, then writes the
+/// marker.
+fn finish_install(data_dir: &Path, store: &mvcc::Store, index: u64, term: u64, path: &Path) -> Result<(), String> {
+    if store.is_restoring().map_err(|e| e.to_string())? || store.consistent_index() < index {
+        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        store
+            .restore_from(index, std::io::BufReader::new(file))
+            .map_err(|e| e.to_string())?;
+    }
+    write_marker(data_dir, index, term).map_err(|e| e.to_string())?;
+    tracing::info!(index, term, "finished installing a received snapshot");
+    Ok(())
+}
+
 pub struct RaftStorage {
     pub wal: wal::Wal,
     pub memory: MemStorage,
@@ -65,9 +85,15 @@ fn metadata(cluster_id: u64, member_id: u64) -> Vec<u8> {
 }
 
 impl RaftStorage {
-    /// Creates a new log for a new member, or replays the existing one.
-    /// Returns the storage and whether it was newly created.
-    pub fn open(data_dir: &Path, cluster_id: u64, member_id: u64, voters: Vec<u64>) -> Result<RaftStorage, String> {
+    /// Creates a new log for a new member, or replays the existing one,
+    /// first finishing the install of a snapshot a crash interrupted.
+    pub fn open(
+        data_dir: &Path,
+        cluster_id: u64,
+        member_id: u64,
+        voters: Vec<u64>,
+        store: &mvcc::Store,
+    ) -> Result<RaftStorage, String> {
         let dir = data_dir.join(WAL_DIR);
         let expected = metadata(cluster_id, member_id);
         let memory = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
@@ -79,9 +105,39 @@ impl RaftStorage {
                 snapshot_index: 0,
             });
         }
-        let (index, term) = read_marker(data_dir)?;
-        let (wal, replay) = wal::Wal::open(&dir, wal::Options::default(), wal::SnapshotPosition { index, term })
-            .map_err(|e| e.to_string())?;
+        let (mut index, mut term) = read_marker(data_dir)?;
+        let mut opened = None;
+        let newest = snapshot_transfer::pending(data_dir).pop();
+        if let Some((pending, pending_term, path)) = newest.filter(|(at, _, _)| *at > index) {
+            let position = wal::SnapshotPosition {
+                index: pending,
+                term: pending_term,
+            };
+            match wal::Wal::open(&dir, wal::Options::default(), position) {
+                Ok(found) => {
+                    finish_install(data_dir, store, pending, pending_term, &path)?;
+                    (index, term) = (pending, pending_term);
+                    opened = Some(found);
+                }
+                Err(wal::Error::SnapshotNotFound { .. }) => {
+                    tracing::info!(index = pending, "dropping a received snapshot raft never took");
+                }
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+        snapshot_transfer::remove_pending_through(data_dir, u64::MAX);
+        if store.is_restoring().map_err(|e| e.to_string())? {
+            return Err(format!(
+                "{}: the store holds part of a snapshot whose file is gone; remove the data directory and \
+                 let the member catch up from the others",
+                data_dir.display()
+            ));
+        }
+        let (wal, replay) = match opened {
+            Some(found) => found,
+            None => wal::Wal::open(&dir, wal::Options::default(), wal::SnapshotPosition { index, term })
+                .map_err(|e| e.to_string())?,
+        };
         if index > 0 {
             let mut snapshot = raft::prelude::Snapshot::default();
             snapshot.mut_metadata().index = index;

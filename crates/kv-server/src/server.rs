@@ -57,6 +57,7 @@ pub fn run(config: Config) -> Result<(), String> {
         membership.cluster_id,
         membership.local_id,
         membership.voter_ids(),
+        &store,
     )?;
     let client_urls = apply::load_attributes(&data_dir);
     let state = Arc::new(MemberState::new(
@@ -80,7 +81,7 @@ pub fn run(config: Config) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let (node_sender, node_inputs) = sync_channel(NODE_INPUT_CAPACITY);
     let (apply_sender, apply_inputs) = sync_channel(APPLY_QUEUE_CAPACITY);
-    let transport = Transport::start(&membership, node_sender.clone(), runtime.handle());
+    let transport = Transport::start(&membership, node_sender.clone(), runtime.handle(), &state);
     let node = Node::new(storage, state.clone(), transport, apply_sender, &slog_bridge::logger())?;
     let apply_state = state.clone();
     std::thread::Builder::new()

@@ -4,14 +4,16 @@
 //! Sending never blocks the raft loop: each peer has a bounded queue, and
 //! a message that does not fit is dropped (raft resends what matters, as
 //! it must on any lossy network) and the peer is reported unreachable.
-//! A broken stream reconnects after a pause.
+//! A broken stream reconnects after a pause. Snapshots go apart, one at a
+//! time per peer (`snapshot_transfer.rs`).
 
 use std::collections::HashMap;
 use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
 use std::time::Duration;
 
 use protobuf::Message as _;
-use raft::prelude::Message;
+use raft::prelude::{Message, MessageType};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -22,7 +24,9 @@ use crate::node::NodeInput;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::peer_client::PeerClient;
 use crate::proto::kvserverpb::peer_server::{Peer, PeerServer};
-use crate::proto::kvserverpb::{PeerAck, RaftBatch};
+use crate::proto::kvserverpb::{PeerAck, RaftBatch, SnapshotChunk};
+use crate::snapshot_transfer;
+use crate::state::MemberState;
 
 /// Messages queued per peer. A leader sends a few messages per peer per
 /// Ready (appends, heartbeats); 4096 rides out a reconnect of about a
@@ -45,24 +49,53 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
 pub struct Transport {
     peers: HashMap<u64, mpsc::Sender<Vec<u8>>>,
+    /// Each peer's snapshot sender; holds one snapshot while another is
+    /// under way.
+    snapshots: HashMap<u64, mpsc::Sender<Message>>,
     node: SyncSender<NodeInput>,
 }
 
 impl Transport {
-    /// Starts one sender task per peer on `runtime`.
-    pub fn start(membership: &Membership, node: SyncSender<NodeInput>, runtime: &tokio::runtime::Handle) -> Transport {
+    /// Starts one sender task and one snapshot sender per peer on
+    /// `runtime`.
+    pub fn start(
+        membership: &Membership,
+        node: SyncSender<NodeInput>,
+        runtime: &tokio::runtime::Handle,
+        state: &Arc<MemberState>,
+    ) -> Transport {
         let mut peers = HashMap::new();
+        let mut snapshots = HashMap::new();
         for peer in membership.peers() {
             let (sender, receiver) = mpsc::channel(PEER_QUEUE_CAPACITY);
             peers.insert(peer.id, sender);
             let url = peer.peer_urls[0].clone();
-            runtime.spawn(send_loop(membership.local_id, peer.id, url, receiver, node.clone()));
+            runtime.spawn(send_loop(
+                membership.local_id,
+                peer.id,
+                url.clone(),
+                receiver,
+                node.clone(),
+            ));
+            let (sender, receiver) = mpsc::channel(1);
+            snapshots.insert(peer.id, sender);
+            runtime.spawn(snapshot_transfer::send_loop(
+                peer.id,
+                url,
+                receiver,
+                state.clone(),
+                node.clone(),
+            ));
         }
-        Transport { peers, node }
+        Transport { peers, snapshots, node }
     }
 
     pub fn send(&self, messages: Vec<Message>) {
         for message in messages {
+            if message.get_msg_type() == MessageType::MsgSnapshot {
+                self.send_snapshot(message);
+                continue;
+            }
             let Some(queue) = self.peers.get(&message.to) else {
                 tracing::debug!(to = message.to, "message for an unknown member dropped");
                 continue;
@@ -71,6 +104,22 @@ impl Transport {
             if queue.try_send(bytes).is_err() {
                 let _ = self.node.try_send(NodeInput::Unreachable(message.to));
             }
+        }
+    }
+}
+
+impl Transport {
+    /// Queues a snapshot for its peer's sender. If one is already queued
+    /// behind a transfer, raft is told this one failed, and asks again
+    /// later if the peer still needs it.
+    fn send_snapshot(&self, message: Message) {
+        let to = message.to;
+        let queued = self
+            .snapshots
+            .get(&to)
+            .is_some_and(|queue| queue.try_send(message).is_ok());
+        if !queued {
+            let _ = self.node.try_send(NodeInput::SnapshotStatus { to, failed: true });
         }
     }
 }
@@ -127,11 +176,12 @@ async fn send_loop(
     }
 }
 
-/// Receives peers' streams and hands their messages to the raft loop;
+/// Receives peers' streams and snapshots and hands them to the raft loop;
 /// answers the lease calls followers forward to the leader.
 pub struct PeerService {
     pub node: SyncSender<NodeInput>,
     pub lease: LeaseService,
+    pub data_dir: std::path::PathBuf,
 }
 
 #[tonic::async_trait]
@@ -146,6 +196,11 @@ impl Peer for PeerService {
                 let _ = self.node.try_send(NodeInput::Message(Box::new(message)));
             }
         }
+        Ok(Response::new(PeerAck {}))
+    }
+
+    async fn snapshot(&self, request: Request<Streaming<SnapshotChunk>>) -> Result<Response<PeerAck>, Status> {
+        snapshot_transfer::receive(&self.data_dir, &self.node, request.into_inner()).await?;
         Ok(Response::new(PeerAck {}))
     }
 
@@ -167,5 +222,6 @@ impl Peer for PeerService {
 }
 
 pub fn server(node: SyncSender<NodeInput>, lease: LeaseService) -> PeerServer<PeerService> {
-    PeerServer::new(PeerService { node, lease }).max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+    let data_dir = lease.kv.state.config.data_dir();
+    PeerServer::new(PeerService { node, lease, data_dir }).max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
 }
