@@ -1,21 +1,4 @@
-//! Code generated from `proto/` at build time. Package paths mirror etcd's:
-//! `etcdserverpb`, `mvccpb`, `authpb`, plus this project's `kvserverpb`.
+//! The generated protocol code (the `etcd-proto` crate), under the name
+//! the server's modules use.
 
-#![allow(clippy::all, clippy::pedantic, missing_docs)]
-
-pub mod mvccpb {
-    tonic::include_proto!("mvccpb");
-}
-
-pub mod authpb {
-    tonic::include_proto!("authpb");
-}
-
-pub mod etcdserverpb {
-    tonic::include_proto!("etcdserverpb");
-}
-
-/// This project's own member-to-member messages (`proto/kvserverpb`).
-pub mod kvserverpb {
-    tonic::include_proto!("kvserverpb");
-}
+pub use etcd_proto::*;

@@ -1,5 +1,6 @@
-//! Compiles etcd's protos and this project's peer protos from `proto/` with protox, a pure-Rust protobuf
-//! compiler, so the build needs nothing but cargo.
+//! Compiles etcd's protos and this project's peer protos from `proto/` with
+//! protox, a pure-Rust protobuf compiler, so the build needs nothing but
+//! cargo.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../proto");
