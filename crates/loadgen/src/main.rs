@@ -1,9 +1,154 @@
-//! Load generator for etcd-API endpoints.
+//! `loadgen`: a load generator for any etcd-API endpoints (real etcd or
+//! this project), compatible with etcd's benchmark tool in flags, keys and
+//! report, so the two can be compared figure for figure.
 //!
-//! Not built yet: this crate is the subject of the loadgen issue. It exists
-//! so the workspace has its final shape from the start.
+//! # Module map
+//! - [`cli`]: etcd's benchmark flags (global ones in either position).
+//! - [`keys`]: keys exactly as etcd's tool makes them.
+//! - [`workload`]: the requests of a put, range or txn-put run, in order.
+//! - [`engine`]: connections, clients, rate limit, per-client histograms.
+//! - [`report`]: etcd's report layout and arithmetic, plus p99.99 and max.
+//! - [`matrix`]: etcd's documented put/range matrix, beside its figures.
+//! - [`compare`]: two matrix runs side by side: table and SVG chart.
+
+mod cli;
+mod compare;
+mod engine;
+mod keys;
+mod matrix;
+mod report;
+mod workload;
+
+use std::path::Path;
+
+use clap::Parser;
+use serde::Serialize;
+
+use cli::{Cli, Command};
+use engine::Target;
+use workload::{PutSpec, RangeSpec, TxnPutSpec, Workload};
+
+#[derive(Serialize)]
+struct RunJson<'a> {
+    workload: &'a str,
+    endpoints: &'a [String],
+    conns: usize,
+    clients: usize,
+    target_leader: bool,
+    rate: u64,
+    report: &'a report::Report,
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn read_matrix(path: &Path) -> Result<matrix::MatrixResult, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    let global = &cli.global;
+    let target = Target {
+        endpoints: global.endpoints.clone(),
+        conns: global.conns,
+        clients: global.clients,
+        target_leader: global.target_leader,
+    };
+    let (workload, rate) = match cli.command {
+        Command::Put(args) => (
+            Workload::Put(PutSpec {
+                total: args.total,
+                key_size: args.key_size,
+                val_size: args.val_size,
+                sequential_keys: args.sequential_keys,
+                key_space_size: args.key_space_size,
+            }),
+            args.rate,
+        ),
+        Command::Range(args) => {
+            let serializable = match args.consistency.as_str() {
+                "l" => false,
+                "s" => true,
+                other => return Err(format!("--consistency must be l or s, not {other:?}")),
+            };
+            println!(
+                "bench with {} range",
+                if serializable { "serializable" } else { "linearizable" }
+            );
+            (
+                Workload::Range(RangeSpec {
+                    total: args.total,
+                    key: args.key.into_bytes(),
+                    end: args.end.unwrap_or_default().into_bytes(),
+                    serializable,
+                    limit: args.limit,
+                    count_only: args.count_only,
+                }),
+                args.rate,
+            )
+        }
+        Command::TxnPut(args) => (
+            Workload::TxnPut(TxnPutSpec {
+                total: args.total,
+                key_size: args.key_size,
+                val_size: args.val_size,
+                txn_ops: args.txn_ops,
+                key_space_size: args.key_space_size,
+            }),
+            args.rate,
+        ),
+        Command::Matrix(args) => {
+            let result = matrix::run(&global.endpoints, args.scale, &args.rss_pids, &args.label).await?;
+            println!("\n{}", matrix::markdown(&result));
+            if let Some(path) = &global.json {
+                write_json(path, &result)?;
+            }
+            return Ok(());
+        }
+        Command::Compare(args) => {
+            let baseline = read_matrix(&args.baseline)?;
+            let candidate = read_matrix(&args.candidate)?;
+            compare::check(&baseline, &candidate)?;
+            print!("{}", compare::markdown(&baseline, &candidate));
+            if let Some(path) = &args.svg {
+                compare::chart(&baseline, &candidate, path)?;
+            }
+            return Ok(());
+        }
+    };
+    let report = engine::run(&target, &workload, rate).await?;
+    print!("{}", report.render());
+    if let Some(path) = &global.json {
+        write_json(
+            path,
+            &RunJson {
+                workload: workload.name(),
+                endpoints: &global.endpoints,
+                conns: global.conns,
+                clients: global.clients,
+                target_leader: global.target_leader,
+                rate,
+                report: &report,
+            },
+        )?;
+    }
+    Ok(())
+}
 
 fn main() {
-    eprintln!("loadgen: not built yet (see the project's open issues)");
-    std::process::exit(2);
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("loadgen: {error}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(error) = runtime.block_on(run(cli)) {
+        eprintln!("loadgen: {error}");
+        std::process::exit(1);
+    }
 }

@@ -1,0 +1,232 @@
+//! Command-line flags, named and defaulted as etcd's benchmark tool names
+//! them. Global flags are accepted before or after the subcommand, so
+//! `loadgen --clients 10 put` and `loadgen put --clients 10` are the same.
+//! Boolean flags take no value, or `=true` / `=false` as Go's do.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "loadgen",
+    about = "A load generator for etcd-API endpoints, compatible with etcd's benchmark tool"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// gRPC endpoints, comma-separated (`host:port` or URLs).
+    #[arg(long, global = true, value_delimiter = ',', default_value = "127.0.0.1:2379")]
+    pub endpoints: Vec<String>,
+    /// Total number of gRPC connections.
+    #[arg(long, global = true, default_value_t = 1)]
+    pub conns: usize,
+    /// Total number of gRPC clients (requests in flight at once).
+    #[arg(long, global = true, default_value_t = 1)]
+    pub clients: usize,
+    /// Connect only to the leader.
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub target_leader: bool,
+    /// Also write every figure of the run as JSON to this file.
+    #[arg(long, global = true)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Benchmark put.
+    Put(PutArgs),
+    /// Benchmark range: KEY, or the range [KEY, END).
+    Range(RangeArgs),
+    /// Benchmark txns of puts.
+    TxnPut(TxnPutArgs),
+    /// Run etcd's documented put/range matrix and print it beside etcd's
+    /// published figures.
+    Matrix(MatrixArgs),
+    /// Compare two matrix JSON files (a baseline and a candidate) in a
+    /// table and an SVG chart.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PutArgs {
+    /// Total number of put requests.
+    #[arg(long, default_value_t = 10_000)]
+    pub total: u64,
+    /// Key size of put request.
+    #[arg(long, default_value_t = 8)]
+    pub key_size: usize,
+    /// Value size of put request.
+    #[arg(long, default_value_t = 8)]
+    pub val_size: usize,
+    /// Use sequential keys.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub sequential_keys: bool,
+    /// Maximum possible keys.
+    #[arg(long, default_value_t = 1)]
+    pub key_space_size: u64,
+    /// Maximum puts per second (0 is no limit).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct RangeArgs {
+    pub key: String,
+    pub end: Option<String>,
+    /// Linearizable (l) or serializable (s).
+    #[arg(long, default_value = "l")]
+    pub consistency: String,
+    /// Total number of range requests.
+    #[arg(long, default_value_t = 10_000)]
+    pub total: u64,
+    /// Maximum range requests per second (0 is no limit).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Maximum keys per range (0 is no limit).
+    #[arg(long, default_value_t = 0)]
+    pub limit: i64,
+    /// Ask only for the count of keys.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub count_only: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TxnPutArgs {
+    /// Total number of txn requests.
+    #[arg(long, default_value_t = 10_000)]
+    pub total: u64,
+    /// Key size of txn put.
+    #[arg(long, default_value_t = 8)]
+    pub key_size: usize,
+    /// Value size of txn put.
+    #[arg(long, default_value_t = 8)]
+    pub val_size: usize,
+    /// Number of puts per txn.
+    #[arg(long, default_value_t = 1)]
+    pub txn_ops: u64,
+    /// Maximum txns per second (0 is no limit).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Maximum possible keys.
+    #[arg(long, default_value_t = 1)]
+    pub key_space_size: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct MatrixArgs {
+    /// Multiplies every row's total (clients are capped at the total), for
+    /// quick runs: 0.01 runs 1% of the documented requests.
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// Server process ids whose resident memory is recorded after each row
+    /// (the largest is reported), when the servers run on this machine.
+    #[arg(long, value_delimiter = ',')]
+    pub rss_pids: Vec<u32>,
+    /// A name for the servers measured, shown in the table and the JSON.
+    #[arg(long, default_value = "servers")]
+    pub label: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Matrix JSON of the baseline (etcd).
+    pub baseline: PathBuf,
+    /// Matrix JSON of the candidate (this project).
+    pub candidate: PathBuf,
+    /// Write the chart of throughput and p99 per row here (SVG).
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    // Goal: global flags parse the same before and after the subcommand,
+    // with etcd's names and defaults.
+    #[test]
+    fn global_flags_parse_in_both_orders() {
+        let before = parse(&[
+            "loadgen",
+            "--endpoints",
+            "127.0.0.1:2379,127.0.0.1:22379",
+            "--conns=100",
+            "--clients",
+            "1000",
+            "--target-leader",
+            "put",
+            "--total=500",
+        ]);
+        let after = parse(&[
+            "loadgen",
+            "put",
+            "--total=500",
+            "--endpoints=127.0.0.1:2379,127.0.0.1:22379",
+            "--conns",
+            "100",
+            "--clients=1000",
+            "--target-leader",
+        ]);
+        for cli in [&before, &after] {
+            assert_eq!(cli.global.endpoints, vec!["127.0.0.1:2379", "127.0.0.1:22379"]);
+            assert_eq!((cli.global.conns, cli.global.clients), (100, 1000));
+            assert!(cli.global.target_leader);
+            match &cli.command {
+                Command::Put(put) => assert_eq!(put.total, 500),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn etcd_defaults_and_go_style_booleans() {
+        let cli = parse(&["loadgen", "put", "--sequential-keys=true", "--key-space-size", "100000"]);
+        assert_eq!(cli.global.endpoints, vec!["127.0.0.1:2379"]);
+        assert_eq!((cli.global.conns, cli.global.clients), (1, 1));
+        assert!(!cli.global.target_leader);
+        match cli.command {
+            Command::Put(put) => {
+                assert!(put.sequential_keys);
+                assert_eq!((put.total, put.key_size, put.val_size), (10_000, 8, 8));
+                assert_eq!((put.key_space_size, put.rate), (100_000, 0));
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = parse(&[
+            "loadgen",
+            "range",
+            "foo",
+            "fop",
+            "--consistency",
+            "s",
+            "--clients=4",
+            "--count-only",
+        ]);
+        assert_eq!(cli.global.clients, 4);
+        match cli.command {
+            Command::Range(range) => {
+                assert_eq!((range.key.as_str(), range.end.as_deref()), ("foo", Some("fop")));
+                assert_eq!(range.consistency, "s");
+                assert!(range.count_only);
+                assert_eq!((range.total, range.limit), (10_000, 0));
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = parse(&["loadgen", "txn-put", "--txn-ops", "4"]);
+        match cli.command {
+            Command::TxnPut(txn) => assert_eq!((txn.txn_ops, txn.total), (4, 10_000)),
+            other => panic!("{other:?}"),
+        }
+    }
+}
