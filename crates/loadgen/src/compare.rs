@@ -66,8 +66,8 @@ pub fn markdown(baseline: &MatrixResult, candidate: &MatrixResult) -> String {
     out
 }
 
-/// Writes the chart: throughput (top) and p99 latency (bottom), one pair
-/// of bars per row.
+/// Writes the chart: throughput (top) and p99 latency (bottom, on a log
+/// scale, since rows differ a hundredfold), one pair of bars per row.
 pub fn chart(baseline: &MatrixResult, candidate: &MatrixResult, path: &Path) -> Result<(), String> {
     let names: Vec<String> = baseline.rows.iter().map(|r| r.row.clone()).collect();
     let qps = |m: &MatrixResult| m.rows.iter().map(|r| r.report.requests_per_sec).collect::<Vec<f64>>();
@@ -75,80 +75,115 @@ pub fn chart(baseline: &MatrixResult, candidate: &MatrixResult, path: &Path) -> 
     let root = SVGBackend::new(path, (1100, 800)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let (top, bottom) = root.split_vertically(400);
-    panel(
-        &top,
-        "Throughput (requests/s)",
-        &names,
-        &qps(baseline),
-        &qps(candidate),
-        baseline,
-        candidate,
-    )?;
-    panel(
-        &bottom,
-        "p99 latency (ms)",
-        &names,
-        &p99(baseline),
-        &p99(candidate),
-        baseline,
-        candidate,
-    )?;
+    let labels = (&baseline.label, &candidate.label);
+    let throughput = (qps(baseline), qps(candidate));
+    panel(&top, "Throughput (requests/s)", &names, &throughput, labels, false)?;
+    let latency = (p99(baseline), p99(candidate));
+    panel(&bottom, "p99 latency (ms, log scale)", &names, &latency, labels, true)?;
     root.present().map_err(|e| e.to_string())
 }
+
+type Series = (Vec<f64>, Vec<f64>);
 
 fn panel(
     area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
     title: &str,
     names: &[String],
-    base: &[f64],
-    cand: &[f64],
-    baseline: &MatrixResult,
-    candidate: &MatrixResult,
+    (base, cand): &Series,
+    (base_label, cand_label): (&String, &String),
+    log: bool,
 ) -> Result<(), String> {
-    let top = base.iter().chain(cand).cloned().fold(0.0, f64::max).max(1e-9) * 1.15;
+    let values = || base.iter().chain(cand).cloned().filter(|v| *v > 0.0);
+    let top = values().fold(0.0, f64::max).max(1e-9) * 1.15;
+    let bottom = if log {
+        values().fold(f64::MAX, f64::min).min(top) / 2.0
+    } else {
+        0.0
+    };
     let n = names.len() as f64;
-    let mut chart = ChartBuilder::on(area)
+    let mut builder = ChartBuilder::on(area);
+    builder
         .caption(title, ("sans-serif", 20))
         .margin(10)
         .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(-0.5..n - 0.5, 0.0..top)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(names.len() + 1)
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            if (x - i).abs() < 0.01 && i >= 0.0 {
-                names.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .draw()
-        .map_err(|e| e.to_string())?;
-    let colours = [RGBColor(0x41, 0x69, 0xe1), RGBColor(0xe6, 0x7e, 0x22)];
-    for (series, (values, label, offset)) in [(base, &baseline.label, -0.4), (cand, &candidate.label, 0.0)]
-        .into_iter()
-        .enumerate()
-    {
-        let colour = colours[series];
-        chart
-            .draw_series(values.iter().enumerate().map(|(i, &v)| {
-                let x = i as f64 + offset;
-                Rectangle::new([(x, 0.0), (x + 0.38, v)], colour.filled())
-            }))
-            .map_err(|e| e.to_string())?
-            .label(label.clone())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+        .y_label_area_size(70);
+    let bars = Bars {
+        names,
+        base,
+        cand,
+        base_label,
+        cand_label,
+        bottom,
+    };
+    if log {
+        let chart = builder
+            .build_cartesian_2d(-0.5..n - 0.5, (bottom..top).log_scale())
+            .map_err(|e| e.to_string())?;
+        bars.draw(chart)
+    } else {
+        let chart = builder
+            .build_cartesian_2d(-0.5..n - 0.5, bottom..top)
+            .map_err(|e| e.to_string())?;
+        bars.draw(chart)
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())
+}
+
+/// One panel's bars, drawn on a linear or a log axis.
+struct Bars<'a> {
+    names: &'a [String],
+    base: &'a [f64],
+    cand: &'a [f64],
+    base_label: &'a str,
+    cand_label: &'a str,
+    bottom: f64,
+}
+
+impl Bars<'_> {
+    fn draw<'a, Y>(
+        &self,
+        mut chart: ChartContext<'a, SVGBackend<'a>, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
+    ) -> Result<(), String>
+    where
+        Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+    {
+        let names = self.names;
+        let bottom = self.bottom;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(names.len() + 1)
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                if (x - i).abs() < 0.01 && i >= 0.0 {
+                    names.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let colours = [RGBColor(0x41, 0x69, 0xe1), RGBColor(0xe6, 0x7e, 0x22)];
+        for (series, (values, label, offset)) in [(self.base, self.base_label, -0.4), (self.cand, self.cand_label, 0.0)]
+            .into_iter()
+            .enumerate()
+        {
+            let colour = colours[series];
+            chart
+                .draw_series(values.iter().enumerate().map(|(i, &v)| {
+                    let x = i as f64 + offset;
+                    Rectangle::new([(x, bottom), (x + 0.38, v.max(bottom))], colour.filled())
+                }))
+                .map_err(|e| e.to_string())?
+                .label(label.to_string())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())
+    }
 }
 
 #[cfg(test)]
