@@ -5,9 +5,11 @@
 //! `--clients` are in flight in all. Requests are taken in order from one
 //! generator, optionally paced by one shared rate limiter.
 //!
-//! Each client records its latencies in its own HDR histogram and counts
-//! its errors by message; they are merged when the run ends. An error
-//! never stops the run.
+//! Clients run inside workers: one tokio task per core (never more than
+//! the clients), each driving its share of the clients concurrently. Each
+//! worker records its clients' latencies in its own HDR histogram and
+//! counts their errors by message, uncontended; the workers' figures are
+//! merged when the run ends. An error never stops the run.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -21,6 +23,7 @@ use etcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use parking_lot::Mutex;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::connection::Connection;
 use crate::report::{new_histogram, Report};
 use crate::workload::{Request, Requests, Workload};
 
@@ -65,17 +68,6 @@ async fn connect(endpoint: &str) -> Result<Channel, String> {
         .connect()
         .await
         .map_err(|e| format!("connecting to {endpoint}: {e}"))
-}
-
-/// A connection made on first use, as etcd's client dials: an endpoint
-/// that cannot be reached fails each request sent to it (counted as
-/// errors) instead of the run.
-fn connect_lazy(endpoint: &str) -> Result<Channel, String> {
-    Ok(Endpoint::from_shared(endpoint_url(endpoint))
-        .map_err(|e| format!("{endpoint}: {e}"))?
-        .tcp_nodelay(true)
-        .connect_timeout(CONNECT_TIMEOUT)
-        .connect_lazy())
 }
 
 /// The leader's client URLs: the first endpoint that answers Status names
@@ -152,7 +144,7 @@ impl RateLimiter {
     }
 }
 
-async fn send(client: &mut KvClient<Channel>, request: Request) -> Result<(), tonic::Status> {
+async fn send(client: &mut KvClient<Connection>, request: Request) -> Result<(), tonic::Status> {
     match request {
         Request::Put(put) => client.put(put).await.map(drop),
         Request::Range(range) => client.range(range).await.map(drop),
@@ -189,53 +181,72 @@ pub async fn run(target: &Target, workload: &Workload, rate: u64) -> Result<Repo
     };
     let mut conns = Vec::with_capacity(target.conns);
     for i in 0..target.conns {
-        conns.push(connect_lazy(&endpoints[i % endpoints.len()])?);
+        let endpoint = &endpoints[i % endpoints.len()];
+        let origin: http::Uri = endpoint_url(endpoint).parse().map_err(|e| format!("{endpoint}: {e}"))?;
+        conns.push((Connection::open(endpoint, CONNECT_TIMEOUT).await, origin));
     }
     let requests: Arc<Mutex<Requests>> = Arc::new(Mutex::new(workload.requests()?));
     let limiter = (rate > 0).then(|| Arc::new(RateLimiter::new(rate)));
     let bar = progress_bar(workload.total());
 
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(target.clients);
     let started = Instant::now();
-    let mut clients = Vec::with_capacity(target.clients);
-    for i in 0..target.clients {
-        let mut client = KvClient::new(conns[i % conns.len()].clone()).max_decoding_message_size(MAX_RESPONSE_BYTES);
+    let mut handles = Vec::with_capacity(workers);
+    for worker in 0..workers {
+        let clients: Vec<KvClient<Connection>> = (worker..target.clients)
+            .step_by(workers)
+            .map(|i| {
+                let (connection, origin) = conns[i % conns.len()].clone();
+                KvClient::with_origin(connection, origin).max_decoding_message_size(MAX_RESPONSE_BYTES)
+            })
+            .collect();
         let requests = requests.clone();
         let limiter = limiter.clone();
         let bar = bar.clone();
-        clients.push(tokio::spawn(async move {
-            let mut latencies = new_histogram();
-            let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-            loop {
-                let Some(request) = requests.lock().next() else { break };
-                if let Some(limiter) = &limiter {
-                    limiter.wait().await;
-                }
-                let start = Instant::now();
-                match tokio::time::timeout(REQUEST_TIMEOUT, send(&mut client, request)).await {
-                    Ok(Ok(())) => {
-                        let nanos = start.elapsed().as_nanos().max(1) as u64;
-                        latencies.record(nanos).expect("histograms grow as needed");
+        handles.push(tokio::spawn(async move {
+            // Only this task touches them; the locks are never contended
+            // and only satisfy the runtime's need for `Send` futures.
+            let latencies = Mutex::new(new_histogram());
+            let errors: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+            let client_loops = clients.into_iter().map(|mut client| {
+                let (requests, limiter, bar, latencies, errors) = (&requests, &limiter, &bar, &latencies, &errors);
+                async move {
+                    loop {
+                        let Some(request) = requests.lock().next() else { break };
+                        if let Some(limiter) = limiter {
+                            limiter.wait().await;
+                        }
+                        let start = Instant::now();
+                        let outcome = tokio::time::timeout(REQUEST_TIMEOUT, send(&mut client, request)).await;
+                        match outcome {
+                            Ok(Ok(())) => {
+                                let nanos = start.elapsed().as_nanos().max(1) as u64;
+                                latencies.lock().record(nanos).expect("histograms grow as needed");
+                            }
+                            Ok(Err(status)) => *errors.lock().entry(error_message(&status)).or_default() += 1,
+                            Err(_) => {
+                                let message = format!("loadgen: no answer within {}s", REQUEST_TIMEOUT.as_secs());
+                                *errors.lock().entry(message).or_default() += 1;
+                            }
+                        }
+                        if let Some(bar) = bar {
+                            bar.inc(1);
+                        }
                     }
-                    Ok(Err(status)) => *errors.entry(error_message(&status)).or_default() += 1,
-                    Err(_) => {
-                        *errors
-                            .entry(format!("loadgen: no answer within {}s", REQUEST_TIMEOUT.as_secs()))
-                            .or_default() += 1
-                    }
                 }
-                if let Some(bar) = &bar {
-                    bar.inc(1);
-                }
-            }
-            (latencies, errors)
+            });
+            futures_util::future::join_all(client_loops).await;
+            (latencies.into_inner(), errors.into_inner())
         }));
     }
     let mut latencies = new_histogram();
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-    for client in clients {
-        let (client_latencies, client_errors) = client.await.map_err(|e| format!("a client task failed: {e}"))?;
-        latencies.add(&client_latencies).expect("histograms grow as needed");
-        for (message, count) in client_errors {
+    for handle in handles {
+        let (worker_latencies, worker_errors) = handle.await.map_err(|e| format!("a worker failed: {e}"))?;
+        latencies.add(&worker_latencies).expect("histograms grow as needed");
+        for (message, count) in worker_errors {
             *errors.entry(message).or_default() += count;
         }
     }
