@@ -70,9 +70,28 @@ async fn connect(endpoint: &str) -> Result<Channel, String> {
         .map_err(|e| format!("connecting to {endpoint}: {e}"))
 }
 
+/// Attempts to find the leader, and the pause between them: a cluster
+/// just started may have no leader yet, or its leader may not have
+/// published its client URLs; five seconds covers an election.
+const LEADER_ATTEMPTS: usize = 50;
+const LEADER_RETRY: Duration = Duration::from_millis(100);
+
 /// The leader's client URLs: the first endpoint that answers Status names
 /// the leader, and the member list gives its URLs (as etcd's tool does).
+/// Retried while no leader or no URLs are known yet.
 pub async fn leader_endpoints(endpoints: &[String]) -> Result<Vec<String>, String> {
+    let mut last_error = String::new();
+    for _ in 0..LEADER_ATTEMPTS {
+        match find_leader(endpoints).await {
+            Ok(urls) => return Ok(urls),
+            Err(error) => last_error = error,
+        }
+        tokio::time::sleep(LEADER_RETRY).await;
+    }
+    Err(last_error)
+}
+
+async fn find_leader(endpoints: &[String]) -> Result<Vec<String>, String> {
     let mut last_error = String::from("no endpoints");
     for endpoint in endpoints {
         let channel = match connect(endpoint).await {
