@@ -95,6 +95,14 @@ pub struct RangeArgs {
     /// Ask only for the count of keys.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub count_only: bool,
+    /// Every key from KEY on (as etcdctl's `--from-key`); with an empty
+    /// KEY, every key.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub from_key: bool,
+    /// Count a response whose key count differs from this as an error
+    /// (for checks: every acknowledged key must be readable).
+    #[arg(long)]
+    pub expect_count: Option<i64>,
 }
 
 #[derive(Debug, Args)]

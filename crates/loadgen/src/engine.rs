@@ -163,11 +163,22 @@ impl RateLimiter {
     }
 }
 
-async fn send(client: &mut KvClient<Connection>, request: Request) -> Result<(), tonic::Status> {
+/// Sends one request; an error is returned as the message it is counted
+/// under.
+async fn send(client: &mut KvClient<Connection>, request: Request) -> Result<(), String> {
+    let status = |status: tonic::Status| error_message(&status);
     match request {
-        Request::Put(put) => client.put(put).await.map(drop),
-        Request::Range(range) => client.range(range).await.map(drop),
-        Request::Txn(txn) => client.txn(txn).await.map(drop),
+        Request::Put(put) => client.put(put).await.map(drop).map_err(status),
+        Request::Range(range, expect_count) => {
+            let count = client.range(range).await.map_err(status)?.into_inner().count;
+            match expect_count {
+                Some(expected) if count != expected => {
+                    Err(format!("loadgen: the range counted {count} keys, expected {expected}"))
+                }
+                _ => Ok(()),
+            }
+        }
+        Request::Txn(txn) => client.txn(txn).await.map(drop).map_err(status),
     }
 }
 
@@ -244,7 +255,7 @@ pub async fn run(target: &Target, workload: &Workload, rate: u64) -> Result<Repo
                                 let nanos = start.elapsed().as_nanos().max(1) as u64;
                                 latencies.lock().record(nanos).expect("histograms grow as needed");
                             }
-                            Ok(Err(status)) => *errors.lock().entry(error_message(&status)).or_default() += 1,
+                            Ok(Err(message)) => *errors.lock().entry(message).or_default() += 1,
                             Err(_) => {
                                 let message = format!("loadgen: no answer within {}s", REQUEST_TIMEOUT.as_secs());
                                 *errors.lock().entry(message).or_default() += 1;

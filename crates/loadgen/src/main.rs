@@ -82,14 +82,22 @@ async fn run(cli: Cli) -> Result<(), String> {
                 "bench with {} range",
                 if serializable { "serializable" } else { "linearizable" }
             );
+            let (key, end) = if args.from_key {
+                // etcd's clients: from an empty key means from the first.
+                let key = if args.key.is_empty() { vec![0] } else { args.key.into_bytes() };
+                (key, vec![0])
+            } else {
+                (args.key.into_bytes(), args.end.unwrap_or_default().into_bytes())
+            };
             (
                 Workload::Range(RangeSpec {
                     total: args.total,
-                    key: args.key.into_bytes(),
-                    end: args.end.unwrap_or_default().into_bytes(),
+                    key,
+                    end,
                     serializable,
                     limit: args.limit,
                     count_only: args.count_only,
+                    expect_count: args.expect_count,
                 }),
                 args.rate,
             )

@@ -161,6 +161,7 @@ impl Row {
                 serializable: consistency == "range-s",
                 limit: 0,
                 count_only: false,
+                expect_count: None,
             }),
         }
     }

@@ -23,6 +23,8 @@ pub struct RangeSpec {
     pub serializable: bool,
     pub limit: i64,
     pub count_only: bool,
+    /// Answers must count exactly this many keys, or count as errors.
+    pub expect_count: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +47,8 @@ pub enum Workload {
 #[derive(Debug, Clone)]
 pub enum Request {
     Put(pb::PutRequest),
-    Range(pb::RangeRequest),
+    /// A range, and the key count its answer must have, if checked.
+    Range(pb::RangeRequest, Option<i64>),
     Txn(pb::TxnRequest),
 }
 
@@ -128,14 +131,17 @@ impl Iterator for Requests {
                     ..Default::default()
                 })
             }
-            Workload::Range(spec) => Request::Range(pb::RangeRequest {
-                key: spec.key.clone(),
-                range_end: spec.end.clone(),
-                serializable: spec.serializable,
-                limit: spec.limit,
-                count_only: spec.count_only,
-                ..Default::default()
-            }),
+            Workload::Range(spec) => Request::Range(
+                pb::RangeRequest {
+                    key: spec.key.clone(),
+                    range_end: spec.end.clone(),
+                    serializable: spec.serializable,
+                    limit: spec.limit,
+                    count_only: spec.count_only,
+                    ..Default::default()
+                },
+                spec.expect_count,
+            ),
             Workload::TxnPut(spec) => {
                 let keys = keys.expect("txn-puts have keys");
                 let success = (0..spec.txn_ops)
