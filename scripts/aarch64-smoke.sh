@@ -63,6 +63,7 @@ for applet in sh mount mkdir sleep cat grep awk kill wget ip poweroff seq tail h
     ln -s busybox "$root/bin/$applet"
 done
 cp "$AARCH64_BIN_DIR/kv-server" "$AARCH64_BIN_DIR/loadgen" "$root/usr/local/bin/"
+aarch64-linux-gnu-strip "$root/usr/local/bin/kv-server" "$root/usr/local/bin/loadgen"
 sysroot=/usr/aarch64-linux-gnu/lib
 [ -d "$sysroot" ] || fail "$sysroot is missing (package libc6-arm64-cross, with gcc-aarch64-linux-gnu)"
 for library in $(aarch64-linux-gnu-readelf -d "$root/usr/local/bin/kv-server" "$root/usr/local/bin/loadgen" |
@@ -139,7 +140,7 @@ chmod +x "$root/init"
 echo "aarch64 smoke: booting $(basename "$kernel") under qemu-system-aarch64 -M virt -cpu max" >&2
 set +e
 timeout "$GUEST_TIMEOUT_SECS" qemu-system-aarch64 -M virt -cpu max -smp 2 -m 2048 \
-    -nographic -no-reboot -kernel "$kernel" -initrd "$work/initrd.gz" \
+    -nographic -no-reboot -nic none -kernel "$kernel" -initrd "$work/initrd.gz" \
     -append "console=ttyAMA0 rdinit=/init panic=-1 quiet" < /dev/null > "$work/console.log" 2>&1
 status=$?
 set -e

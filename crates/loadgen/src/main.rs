@@ -84,7 +84,11 @@ async fn run(cli: Cli) -> Result<(), String> {
             );
             let (key, end) = if args.from_key {
                 // etcd's clients: from an empty key means from the first.
-                let key = if args.key.is_empty() { vec![0] } else { args.key.into_bytes() };
+                let key = if args.key.is_empty() {
+                    vec![0]
+                } else {
+                    args.key.into_bytes()
+                };
                 (key, vec![0])
             } else {
                 (args.key.into_bytes(), args.end.unwrap_or_default().into_bytes())
