@@ -140,6 +140,12 @@ impl Wal {
     /// all durable with one write and one `fdatasync`: raft's group commit.
     /// Entries go first so a torn save never leaves a commit index that
     /// points past the entries on disk.
+    ///
+    /// A save with no entries whose hard state changes only the commit
+    /// index is written but not synced (etcd's `MustSync`): a member that
+    /// loses it relearns the commit index from the leader, and the next
+    /// synced save makes it durable anyway. Syncing it would put one more
+    /// `fdatasync` on the path of every write, on every member.
     pub fn save(&mut self, entries: &[Entry], hard_state: Option<&HardState>) -> Result<()> {
         self.check_usable()?;
         if let Some(first) = entries.first() {
@@ -179,7 +185,13 @@ impl Wal {
         if self.buffer.is_empty() {
             return Ok(());
         }
-        self.write_and_sync()?;
+        let must_sync = !entries.is_empty()
+            || hard_state.is_some_and(|hs| hs.term != self.hard_state.term || hs.vote != self.hard_state.vote);
+        if must_sync {
+            self.write_and_sync()?;
+        } else {
+            self.write_only()?;
+        }
         if let Some(last) = entries.last() {
             self.last_index = last.index;
         }
@@ -274,6 +286,18 @@ impl Wal {
     }
 
     /// Writes the buffer at the tail and syncs it; poisons on any failure.
+    /// Writes the buffer at the tail without syncing it.
+    fn write_only(&mut self) -> Result<()> {
+        debug_assert_eq!(self.buffer.len() % 8, 0);
+        let tail = &self.tail;
+        if let Err(error) = sync::write_all_at(&tail.file, &self.buffer, tail.offset) {
+            self.poisoned = true;
+            return Err(Error::io("write", &tail.path, error));
+        }
+        self.tail.offset += self.buffer.len() as u64;
+        Ok(())
+    }
+
     fn write_and_sync(&mut self) -> Result<()> {
         debug_assert_eq!(self.buffer.len() % 8, 0);
         debug_assert!(self.buffer.len() >= LENGTH_WORD_BYTES);

@@ -15,6 +15,47 @@ fn small() -> Options {
     }
 }
 
+// Goal: only saves that raft needs durable are synced (etcd's MustSync):
+// entries, or a new term or vote. A save that moves only the commit index
+// is written, not synced, and still replays.
+#[test]
+fn commit_only_saves_are_not_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Wal::create(dir.path(), small(), b"ids").unwrap();
+    let syncs = |log: &Wal| log.sync_latency_us().len();
+    log.save(&[entry(1, 1, 10)], Some(&hard_state(1, 0))).unwrap();
+    assert_eq!(syncs(&log), 1, "entries are synced");
+    log.save(&[], Some(&hard_state(1, 1))).unwrap();
+    assert_eq!(syncs(&log), 1, "a commit-only change is not");
+    log.save(
+        &[],
+        Some(&wal::HardState {
+            vote: 7,
+            ..hard_state(1, 1)
+        }),
+    )
+    .unwrap();
+    assert_eq!(syncs(&log), 2, "a vote is synced");
+    log.save(
+        &[],
+        Some(&wal::HardState {
+            vote: 7,
+            ..hard_state(2, 1)
+        }),
+    )
+    .unwrap();
+    assert_eq!(syncs(&log), 3, "a term is synced");
+    drop(log);
+    let (_, replay) = Wal::open(dir.path(), small(), SnapshotPosition::default()).unwrap();
+    assert_eq!(
+        replay.hard_state,
+        wal::HardState {
+            vote: 7,
+            ..hard_state(2, 1)
+        }
+    );
+}
+
 // Goal: entries and the latest hard state come back after a reopen, and a
 // rewrite at index i drops the old i and everything after it.
 #[test]
