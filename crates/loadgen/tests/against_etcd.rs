@@ -146,9 +146,22 @@ fn errors_are_counted_and_the_run_finishes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = etcd(dir.path(), 12579);
     let json = dir.path().join("run.json");
-    // Half the connections go to a port where nothing listens.
+    // Half the connections go to a port where nothing listens. Requests on
+    // it fail at once, so without pacing that client could take every
+    // request before the other's first answer; 100 requests/s (the shared
+    // limiter hands out slots in turn) gives the healthy client its share.
     let output = Command::new(env!("CARGO_BIN_EXE_loadgen"))
-        .args(["put", "--total", "40", "--clients", "2", "--conns", "2"])
+        .args([
+            "put",
+            "--total",
+            "40",
+            "--clients",
+            "2",
+            "--conns",
+            "2",
+            "--rate",
+            "100",
+        ])
         .args(["--endpoints", &format!("127.0.0.1:{},127.0.0.1:1", server.port)])
         .arg("--json")
         .arg(&json)
