@@ -124,6 +124,14 @@ impl Transport {
     }
 }
 
+/// How a peer stream's pump ended.
+enum PumpEnd {
+    /// The transport was dropped: the member is stopping.
+    Stop,
+    /// The stream to the peer broke: connect again.
+    Reconnect,
+}
+
 async fn send_loop(
     local: u64,
     peer: u64,
@@ -144,6 +152,10 @@ async fn send_loop(
                 let mut client = PeerClient::new(channel).max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
                 let (batches, stream) = mpsc::channel::<RaftBatch>(1);
                 let call = client.stream(ReceiverStream::new(stream));
+                // Ends with `Stop` only when the transport itself is gone;
+                // a broken stream ends it with `Reconnect`. (Both once
+                // returned alike, and when the stream broke and the pump
+                // noticed first, the peer was never reached again.)
                 let pump = async {
                     while let Some(first) = queue.recv().await {
                         let mut bytes = first.len();
@@ -158,13 +170,17 @@ async fn send_loop(
                             }
                         }
                         if batches.send(RaftBatch { from: local, messages }).await.is_err() {
-                            return;
+                            return PumpEnd::Reconnect;
                         }
                     }
+                    PumpEnd::Stop
                 };
                 tokio::select! {
                     result = call => tracing::debug!(peer, ?result, "peer stream ended"),
-                    () = pump => return,
+                    end = pump => match end {
+                        PumpEnd::Stop => return,
+                        PumpEnd::Reconnect => tracing::debug!(peer, "peer stream broke"),
+                    },
                 }
             }
             Err(error) => tracing::debug!(peer, %error, "peer unreachable"),
