@@ -163,7 +163,12 @@ impl RaftStorage {
         let mut hard_state = HardState::default();
         hard_state.term = replay.hard_state.term;
         hard_state.vote = replay.hard_state.vote;
-        hard_state.commit = replay.hard_state.commit;
+        // A snapshot holds only committed entries, so its index is
+        // committed even when the WAL's last hard state says less: a save
+        // that only moves the commit index is not synced (the WAL's
+        // MustSync rule), so a crash after installing a snapshot can lose
+        // it, and raft refuses a commit index below its snapshot.
+        hard_state.commit = replay.hard_state.commit.max(index);
         {
             let mut core = memory.wl();
             core.append(&entries).map_err(|e| e.to_string())?;
