@@ -45,21 +45,6 @@ fn put_op(key: &str) -> pb::RequestOp {
     }
 }
 
-fn expect_error<T: std::fmt::Debug>(
-    row: &str,
-    result: Result<tonic::Response<T>, tonic::Status>,
-    code: Code,
-    message: &str,
-) {
-    match result {
-        Ok(response) => panic!("{row}: expected {code:?} {message:?}, got {response:?}"),
-        Err(status) => {
-            assert_eq!(status.code(), code, "{row}: {status:?}");
-            assert_eq!(status.message(), message, "{row}");
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_error_row_matches_etcd() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -87,13 +72,13 @@ async fn every_error_row_matches_etcd() {
         .expect("header")
         .revision;
 
-    expect_error(
+    common::expect_error(
         "request larger than --max-request-bytes",
         kv.put(put("big", vec![b'x'; 1_600_000])).await,
         Code::InvalidArgument,
         "etcdserver: request is too large",
     );
-    expect_error(
+    common::expect_error(
         "more than --max-txn-ops",
         kv.txn(pb::TxnRequest {
             success: (0..129).map(|i| put_op(&format!("k{i}"))).collect(),
@@ -103,13 +88,13 @@ async fn every_error_row_matches_etcd() {
         Code::InvalidArgument,
         "etcdserver: too many operations in txn request",
     );
-    expect_error(
+    common::expect_error(
         "empty key",
         kv.put(put("", b"v".to_vec())).await,
         Code::InvalidArgument,
         "etcdserver: key is not provided",
     );
-    expect_error(
+    common::expect_error(
         "same key twice in a txn",
         kv.txn(pb::TxnRequest {
             success: vec![put_op("twice"), put_op("twice")],
@@ -119,7 +104,7 @@ async fn every_error_row_matches_etcd() {
         Code::InvalidArgument,
         "etcdserver: duplicate key given in txn request",
     );
-    expect_error(
+    common::expect_error(
         "ignore_value on a missing key",
         kv.put(pb::PutRequest {
             key: b"absent".to_vec(),
@@ -130,7 +115,7 @@ async fn every_error_row_matches_etcd() {
         Code::InvalidArgument,
         "etcdserver: key not found",
     );
-    expect_error(
+    common::expect_error(
         "unknown lease",
         kv.put(pb::PutRequest {
             key: b"leased".to_vec(),
@@ -153,13 +138,13 @@ async fn every_error_row_matches_etcd() {
     })
     .await
     .expect("compact");
-    expect_error(
+    common::expect_error(
         "revision below the compact revision",
         kv.range(range_at(2)).await,
         Code::OutOfRange,
         "etcdserver: mvcc: required revision has been compacted",
     );
-    expect_error(
+    common::expect_error(
         "revision above the current revision",
         kv.range(range_at(revision_before + 100)).await,
         Code::OutOfRange,
@@ -211,7 +196,7 @@ async fn every_error_row_matches_etcd() {
         key: b"present".to_vec(),
         ..Default::default()
     };
-    expect_error(
+    common::expect_error(
         "no leader",
         kv.delete_range(delete).await,
         Code::Unavailable,

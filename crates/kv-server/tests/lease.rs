@@ -28,21 +28,6 @@ const EXPIRED_WITHIN: Duration = Duration::from_secs(10);
 const KEPT_ALIVE_FOR: Duration = Duration::from_secs(4);
 const KEEP_ALIVE_EVERY: Duration = Duration::from_millis(500);
 
-fn expect_error<T: std::fmt::Debug>(
-    what: &str,
-    result: Result<tonic::Response<T>, tonic::Status>,
-    code: Code,
-    message: &str,
-) {
-    match result {
-        Ok(response) => panic!("{what}: expected {code:?} {message:?}, got {response:?}"),
-        Err(status) => {
-            assert_eq!(status.code(), code, "{what}: {status:?}");
-            assert_eq!(status.message(), message, "{what}");
-        }
-    }
-}
-
 async fn count(kv: &mut KvClient<Channel>, prefix: &str) -> (i64, i64) {
     let mut end = prefix.as_bytes().to_vec();
     *end.last_mut().expect("non-empty prefix") += 1;
@@ -151,19 +136,19 @@ async fn exercise(binary: &Path, base: u16) {
     assert_eq!(ids, expected);
 
     // The lease rows of the error table.
-    expect_error(
+    common::expect_error(
         "grant an id in use",
         grant(&mut lease, long.id, 60).await,
         Code::FailedPrecondition,
         "etcdserver: lease already exists",
     );
-    expect_error(
+    common::expect_error(
         "grant over the largest TTL",
         grant(&mut lease, 0, 9_000_000_001).await,
         Code::OutOfRange,
         "etcdserver: too large lease TTL",
     );
-    expect_error(
+    common::expect_error(
         "revoke an unknown lease",
         lease.lease_revoke(pb::LeaseRevokeRequest { id: 1 }).await,
         Code::NotFound,

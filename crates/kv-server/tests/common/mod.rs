@@ -53,6 +53,24 @@ pub async fn leader(endpoints: &[String], call_timeout: Duration) -> (usize, u64
     (index, leader)
 }
 
+/// Asserts that `result` failed with etcd's gRPC `code` and exact
+/// `message` (clients match errors by message text); `what` names the
+/// case in failures.
+pub fn expect_error<T: std::fmt::Debug>(
+    what: &str,
+    result: Result<tonic::Response<T>, tonic::Status>,
+    code: tonic::Code,
+    message: &str,
+) {
+    match result {
+        Ok(response) => panic!("{what}: expected {code:?} {message:?}, got {response:?}"),
+        Err(status) => {
+            assert_eq!(status.code(), code, "{what}: {status:?}");
+            assert_eq!(status.message(), message, "{what}");
+        }
+    }
+}
+
 /// The binary of this project's server, built by cargo for the tests.
 pub fn kv_server() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kv-server"))
