@@ -5,8 +5,13 @@
 # Requests/sec of each tool, their ratio, each tool's CPU time (user +
 # system, of the tool's own process) per request, and how busy that kept
 # the CPUs the tool runs on; medians over the rounds.
-#   scripts/loadgen-accuracy.sh [TOTAL] [ROUNDS]   (default 20000 requests, 3 rounds;
-#                                                   single-client rows run TOTAL / 10)
+#   scripts/loadgen-accuracy.sh [TOTAL] [ROUNDS] [SERVER_CPU]
+#     TOTAL: requests per run (default 20000; single-client rows run TOTAL / 10)
+#     ROUNDS: runs of each tool per row (default 3)
+#     SERVER_CPU: the share of CPU 0 the three members may use, e.g. 0.5
+#                 (default 1: all of it, no quota)
+#   ROWS=PATTERN in the environment runs only the rows whose name matches
+#   that extended regular expression, e.g. ROWS='range s'.
 # Rows: put with 1 client, 100 clients over 10 conns and 1000 clients over
 # 100 conns (8-byte sequential keys, 256-byte values, to the leader), and
 # linearizable and serializable ranges with 1 client, 100 clients over 10
@@ -17,12 +22,19 @@
 # measures them faster: that compares the tools' costs, not their
 # measurements. So the members run on CPU 0 and the tool on the others
 # (taskset), and each tool measures what the servers can do.
+# Where a tool keeps its own CPU nearly busy, it measures its own limit,
+# not the servers'. SERVER_CPU below 1 puts the members in a cgroup with a
+# CPU quota (10 ms period, so a throttled member waits at most a few ms,
+# far below raft's 100 ms heartbeat), which makes the servers the limit
+# for both tools: that row then compares what each tool measures of the
+# same servers. Quotas need root and the cgroup cpu controller (v1 or v2).
 # Needs etcd's tools (../shared/peers/build.sh, or ETCD_BIN and
 # ETCD_BENCHMARK_BIN), and at least 2 CPUs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 total=${1:-20000}
 rounds=${2:-3}
+server_cpu=${3:-1}
 if [ -z "${ETCD_BIN:-}" ] || [ -z "${ETCD_BENCHMARK_BIN:-}" ]; then
     peers=$(bash ../shared/peers/build.sh | tail -n 1)
     ETCD_BIN=${ETCD_BIN:-$peers/etcd}
@@ -30,11 +42,41 @@ if [ -z "${ETCD_BIN:-}" ] || [ -z "${ETCD_BENCHMARK_BIN:-}" ]; then
 fi
 cargo build --release -p loadgen >&2
 work=$(mktemp -d)
-trap 'scripts/local-cluster.sh stop "$work/etcd" || true; rm -rf "$work"' EXIT
+cgroup=""
+cleanup() {
+    scripts/local-cluster.sh stop "$work/etcd" || true
+    # A cgroup can be removed once its last member has fully exited.
+    if [ -n "$cgroup" ]; then
+        for _ in $(seq 1 50); do rmdir "$cgroup" 2>/dev/null && break; sleep 0.1; done
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
 endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
 last_cpu=$(($(nproc) - 1))
 [ "$last_cpu" -ge 1 ] || { echo "loadgen-accuracy: needs at least 2 CPUs" >&2; exit 1; }
-taskset -c 0 scripts/local-cluster.sh start "$ETCD_BIN" "$work/etcd"
+# The quota's period, in microseconds: short, so that a throttled member
+# is held back for milliseconds at a time, not for a tenth of a second.
+quota_period_us=10000
+if awk -v c="$server_cpu" 'BEGIN { exit !(c < 1) }'; then
+    quota_us=$(awk -v c="$server_cpu" -v p=$quota_period_us 'BEGIN { printf "%d", c * p }')
+    if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+        cgroup=/sys/fs/cgroup/loadgen-accuracy-$$
+        mkdir "$cgroup"
+        echo "$quota_us $quota_period_us" > "$cgroup/cpu.max"
+    elif [ -d /sys/fs/cgroup/cpu ]; then
+        cgroup=/sys/fs/cgroup/cpu/loadgen-accuracy-$$
+        mkdir "$cgroup"
+        echo $quota_period_us > "$cgroup/cpu.cfs_period_us"
+        echo "$quota_us" > "$cgroup/cpu.cfs_quota_us"
+    else
+        echo "loadgen-accuracy: no cgroup cpu controller for SERVER_CPU=$server_cpu" >&2; exit 1
+    fi
+    # The members inherit the cgroup of the shell that starts them.
+    (echo "$BASHPID" > "$cgroup/cgroup.procs" && taskset -c 0 scripts/local-cluster.sh start "$ETCD_BIN" "$work/etcd")
+else
+    taskset -c 0 scripts/local-cluster.sh start "$ETCD_BIN" "$work/etcd"
+fi
 "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints put --key-size=8 --val-size=256 --total=1 > /dev/null 2>&1
 
 # One run of a tool: prints "requests/sec cpu-microseconds-per-request".
@@ -54,6 +96,7 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 
 row() {  # name requests global-flags command...
     local name=$1 n=$2 flags=$3; shift 3
+    [[ -z "${ROWS:-}" || "$name" =~ $ROWS ]] || return 0
     : > "$work/etcd.qps"; : > "$work/etcd.cpu"; : > "$work/loadgen.qps"; : > "$work/loadgen.cpu"
     for _ in $(seq 1 "$rounds"); do
         # shellcheck disable=SC2086
@@ -71,7 +114,7 @@ row() {  # name requests global-flags command...
                  n, eq, lq, lq / eq, ec, lc, lc / ec, eq * ec / 1e4 / cpus, lq * lc / 1e4 / cpus }'
 }
 
-echo "Same etcd v3.5.17 cluster (members on CPU 0, the tool on CPUs 1-$last_cpu), $total requests per run,"
+echo "Same etcd v3.5.17 cluster (members on $server_cpu of CPU 0, the tool on CPUs 1-$last_cpu), $total requests per run,"
 echo "median of $rounds rounds, $(date -u +%F), $(nproc) cores."
 echo
 echo "| row | etcd tool req/s | loadgen req/s | loadgen / etcd tool | etcd tool CPU µs/req | loadgen CPU µs/req | CPU ratio | etcd tool CPU busy | loadgen CPU busy |"
