@@ -14,6 +14,7 @@ use raft::prelude::{Entry, EntryType};
 use crate::convert;
 use crate::proto::kvserverpb::{raft_request::Request, MemberAttributes, RaftRequest};
 use crate::state::{ClientUrls, MemberState, ReadWaiter};
+use crate::watch_hub::Published;
 
 /// Capacity of the queue from the raft loop, in batches of entries. A
 /// batch is one Ready's committed entries; 64 of them let raft run ahead
@@ -117,7 +118,8 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
     // Tests stall the apply stage here (`kv::apply=1*sleep(ms)`) to hold
     // the applied index still while raft commits more.
     fail::fail_point!("kv::apply");
-    let applied = match state.store.apply(last_index, &requests) {
+    let first = state.store.current_revision() + 1;
+    let mut applied = match state.store.apply(last_index, &requests) {
         Ok(applied) => applied,
         Err(error) => {
             tracing::error!(%error, "the store failed to apply committed entries; stopping the member");
@@ -131,6 +133,16 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
             (mvcc::WriteRequest::LeaseRevoke(revoke), Ok(_)) => state.lessor.revoked(revoke.id),
             _ => {}
         }
+    }
+    // Watchers hear of the changes before the writers are answered, as
+    // etcd notifies them when the write's transaction ends.
+    let last = state.store.current_revision();
+    if last >= first {
+        let events = applied
+            .iter_mut()
+            .flat_map(|result| std::mem::take(&mut result.events))
+            .collect();
+        state.watch_hub.publish(Published::Changes { first, last, events });
     }
     let mut applied = applied.into_iter();
     for (owner, refused) in outcomes {
@@ -175,6 +187,7 @@ fn restore(state: &MemberState, index: u64, term: u64, path: &std::path::Path) {
         std::process::exit(1);
     }
     crate::snapshot_transfer::remove_pending_through(&state.config.data_dir(), index);
+    state.watch_hub.publish(Published::Restored);
     let applied = state.store.consistent_index();
     state.applied_index.store(applied, Ordering::Release);
     tracing::info!(index, term, applied, "installed a snapshot from the leader");

@@ -76,6 +76,24 @@ pub struct Config {
     /// Election timeout in milliseconds.
     #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
     pub election_timeout: u64,
+    /// How often a watcher created with `progress_notify` hears the
+    /// revision it has reached while nothing happens (etcd's default 10m).
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL",
+        default_value = "10m",
+        value_parser = parse_duration
+    )]
+    pub experimental_watch_progress_notify_interval: Duration,
+}
+
+/// A duration as etcd's flags write them (`10m`, `1m30s`, `500ms`).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration.is_zero() {
+        return Err("must be above zero".into());
+    }
+    Ok(duration)
 }
 
 impl Config {
@@ -144,5 +162,14 @@ mod tests {
             "127.0.0.1:2379".parse().unwrap()
         );
         assert!(socket_addr("https://127.0.0.1:2379").is_err());
+        assert_eq!(
+            config.experimental_watch_progress_notify_interval,
+            Duration::from_secs(600)
+        );
+        for (text, expected) in [("1m30s", 90_000), ("500ms", 500), ("2s", 2000)] {
+            assert_eq!(parse_duration(text), Ok(Duration::from_millis(expected)), "{text}");
+        }
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
     }
 }

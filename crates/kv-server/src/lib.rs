@@ -13,8 +13,9 @@
 //!   store in batches; answers waiting clients and released reads.
 //! - [`transport`]: peer gRPC streams carrying raft messages as bytes;
 //!   [`snapshot_transfer`]: snapshots streamed apart, as files.
-//! - [`kv_service`], [`lease_service`], [`cluster_service`],
-//!   [`maintenance_service`]: etcd's gRPC services;
+//! - [`kv_service`], [`lease_service`], [`watch_service`],
+//!   [`cluster_service`], [`maintenance_service`]: etcd's gRPC services;
+//! - [`watch_hub`]: what the apply stage publishes to watch streams;
 //! - [`lessor`]: the leader's lease deadlines; [`http`]: `/health` and `/version`;
 //!   [`client_listener`]: the client port's bounded listener.
 //! - [`allocator`]: mimalloc's settings;
@@ -53,3 +54,5 @@ pub mod slog_bridge;
 pub mod snapshot_transfer;
 pub mod state;
 pub mod transport;
+pub mod watch_hub;
+pub mod watch_service;

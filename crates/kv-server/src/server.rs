@@ -22,11 +22,13 @@ use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
 use crate::proto::etcdserverpb::lease_server::LeaseServer;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::proto::etcdserverpb::watch_server::WatchServer;
 use crate::proto::kvserverpb::{raft_request, MemberAttributes};
 use crate::raft_storage::RaftStorage;
 use crate::slog_bridge;
 use crate::state::MemberState;
 use crate::transport::{self, Transport};
+use crate::watch_service::WatchService;
 
 /// Where the store lives inside the data directory.
 pub const STORE_DIR: &str = "member/kv";
@@ -133,6 +135,7 @@ async fn serve(
     health.set_service_status("", ServingStatus::NotServing).await;
     let router = tonic::service::Routes::new(KvServer::new(kv.clone()).max_decoding_message_size(max_decoding))
         .add_service(LeaseServer::new(lease).max_decoding_message_size(max_decoding))
+        .add_service(WatchServer::new(WatchService { state: state.clone() }).max_decoding_message_size(max_decoding))
         .add_service(
             ClusterServer::new(ClusterService { state: state.clone() }).max_decoding_message_size(max_decoding),
         )

@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::convert::HeaderFields;
 use crate::lessor::Lessor;
 use crate::membership::Membership;
+use crate::watch_hub::WatchHub;
 
 /// How a proposal ends: applied (with the store's answer), or failed.
 pub type ProposalResult = Result<mvcc::Applied, Status>;
@@ -45,6 +46,8 @@ pub struct MemberState {
     /// Index of the snapshot the marker records; serialises marker writes
     /// from the raft loop (local snapshots) and the apply stage (installs).
     snapshot_marker: Mutex<u64>,
+    /// Where the apply stage publishes changes for watch streams.
+    pub watch_hub: WatchHub,
 }
 
 impl MemberState {
@@ -73,6 +76,7 @@ impl MemberState {
             client_urls: Mutex::new(client_urls),
             lessor: Lessor::default(),
             snapshot_marker: Mutex::new(0),
+            watch_hub: WatchHub::default(),
         }
     }
 

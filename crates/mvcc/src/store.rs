@@ -293,6 +293,62 @@ impl Store {
         )
     }
 
+    /// Every change to keys in the range of `key` and `range_end` (as a
+    /// range request reads them) at main revisions `from..=to`, in
+    /// revision order, each with the key's previous value when `prev_kv`:
+    /// what a watcher that is behind the store still has to see. Read from
+    /// the revision space under the read lock, so a compaction cannot cut
+    /// it short. Fails with [`Error::Compacted`] when `from` is below the
+    /// compact revision, as etcd's watchers are cancelled then. The caller
+    /// bounds `to - from`: the scan visits every change in between.
+    pub fn changes(
+        &self,
+        key: &[u8],
+        range_end: &[u8],
+        from: i64,
+        to: i64,
+        prev_kv: bool,
+    ) -> Result<Vec<(Event, Option<KeyValue>)>> {
+        self.check_usable()?;
+        let state = self.state.read();
+        if from < state.compact_revision {
+            return Err(Error::Compacted);
+        }
+        let to = to.min(state.current_revision);
+        let mut changes = Vec::new();
+        if from > to {
+            return Ok(changes);
+        }
+        let end = RangeEnd::parse(range_end);
+        let lower = revision_key(Revision::new(from, 0), false);
+        let upper = revision_key(Revision::new(to + 1, 0), false);
+        for item in self.db.range(lower..upper) {
+            let (stored_key, value) = item?;
+            let (revision, tombstone) =
+                Revision::from_bytes(&stored_key[1..]).ok_or_else(|| corrupt("revision key"))?;
+            let kv = KeyValue::decode(&value).ok_or_else(|| corrupt("stored value does not decode"))?;
+            if !end.contains(key, &kv.key) {
+                continue;
+            }
+            let previous = if prev_kv {
+                previous_value(&self.db, &state, &kv.key, revision.main)?
+            } else {
+                None
+            };
+            let kind = if tombstone { EventKind::Delete } else { EventKind::Put };
+            changes.push((Event { kind, kv }, previous));
+        }
+        Ok(changes)
+    }
+
+    /// `key`'s value just before main revision `revision`, if it existed
+    /// then and is not compacted away: a watch event's `prev_kv`.
+    pub fn value_before(&self, key: &[u8], revision: i64) -> Result<Option<KeyValue>> {
+        self.check_usable()?;
+        let state = self.state.read();
+        previous_value(&self.db, &state, key, revision)
+    }
+
     /// Applies the requests of one raft batch, in order, as one atomic sled
     /// batch that also records `raft_index` as the consistent index. Each
     /// request gets its answer and the events it caused. A request that
@@ -522,6 +578,19 @@ impl Store {
     pub fn flush(&self) -> Result<()> {
         self.db.flush()?;
         Ok(())
+    }
+}
+
+/// `key`'s value at `revision - 1`, if it existed then and the revision
+/// is not below the compact revision.
+fn previous_value(db: &sled::Db, state: &State, key: &[u8], revision: i64) -> Result<Option<KeyValue>> {
+    let at = revision - 1;
+    if at < state.compact_revision {
+        return Ok(None);
+    }
+    match state.index.get(key, at) {
+        Some(previous) => load(db, previous).map(Some),
+        None => Ok(None),
     }
 }
 

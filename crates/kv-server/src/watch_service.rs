@@ -1,0 +1,590 @@
+//! etcd's `Watch` service: one bidirectional stream per call, carrying any
+//! number of watchers, each a key or range followed from a revision on.
+//!
+//! Each stream is one task. It owns its watchers and its place in the
+//! [`WatchHub`](crate::watch_hub), and answers, in the order etcd does:
+//! - a create with a `created` response (header at the store's revision),
+//!   then, if the watcher starts in the past, the history from its start
+//!   revision, read from the store;
+//! - each applied batch with one response per watcher it concerns (the
+//!   header at the batch's last revision);
+//! - a cancel with a `canceled` response; a progress request with a
+//!   response for watch id -1 once every watcher has seen every revision up
+//!   to its header (etcd 3.5's `RequestProgressAll`);
+//! - and, for watchers created with `progress_notify`, an empty response
+//!   every `--experimental-watch-progress-notify-interval` while they have
+//!   nothing pending.
+//!
+//! A watcher whose next revision is below the compact revision is cancelled
+//! with `compact_revision` set, as etcd does. A stream that fell behind the
+//! hub reads what it missed from the store's history, so nothing is lost
+//! and the apply stage never waits on a client.
+//!
+//! A watch stream is served by the member it reaches, from its own applied
+//! state, leader or not. With the `hasleader` metadata that etcd's clients
+//! send for `WithRequireLeader` (Kubernetes does), a stream is refused
+//! while there is no leader, and ends with "no leader" after
+//! [`NO_LEADER_CHECKS`] election timeouts without one, as etcd's do.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message as _;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::config::GRPC_OVERHEAD_BYTES;
+use crate::convert;
+use crate::errors;
+use crate::proto::etcdserverpb as pb;
+use crate::proto::etcdserverpb::watch_server::Watch;
+use crate::proto::mvccpb;
+use crate::state::MemberState;
+use crate::watch_hub::Published;
+
+/// Responses queued for one stream's client. etcd buffers 128 per stream;
+/// when the client reads slower than that, the stream task waits, the hub
+/// moves on without it, and the stream later catches up from history.
+pub const WATCH_STREAM_QUEUE: usize = 128;
+
+/// Watchers one stream may hold. A Kubernetes API server opens about one
+/// per resource type on a stream; this leaves two orders of magnitude of
+/// room while bounding what one client can make every applied batch cost.
+pub const WATCHERS_PER_STREAM_MAX: usize = 10_000;
+
+/// Revisions read from history per response while a watcher catches up:
+/// etcd's `watchBatchMaxRevs`, so a long catch-up arrives in bounded pieces.
+pub const WATCH_BATCH_REVISIONS: i64 = 1000;
+
+/// Consecutive election timeouts without a leader after which a stream that
+/// asked for a leader ends with "no leader" (etcd's `maxNoLeaderCnt`).
+pub const NO_LEADER_CHECKS: u32 = 3;
+
+/// The watch id of responses that belong to no one watcher.
+const INVALID_WATCH_ID: i64 = -1;
+/// The metadata key etcd's clients set for `WithRequireLeader`.
+const REQUIRE_LEADER_KEY: &str = "hasleader";
+
+/// etcd's create errors, sent as a cancel reason.
+const EMPTY_RANGE: &str = "mvcc: watcher range is empty";
+const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
+/// This project's own bound (see [`WATCHERS_PER_STREAM_MAX`]); etcd has none.
+const TOO_MANY_WATCHERS: &str = "etcdserver: too many watchers on one stream";
+
+#[derive(Clone)]
+pub struct WatchService {
+    pub state: Arc<MemberState>,
+}
+
+#[tonic::async_trait]
+impl Watch for WatchService {
+    type WatchStream = ReceiverStream<Result<pb::WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<Streaming<pb::WatchRequest>>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let require_leader = request
+            .metadata()
+            .get(REQUIRE_LEADER_KEY)
+            .is_some_and(|value| value.as_bytes() == b"true");
+        if require_leader && self.state.leader() == 0 {
+            return Err(errors::no_leader());
+        }
+        let (out, responses) = mpsc::channel(WATCH_STREAM_QUEUE);
+        // Subscribed before any watcher reads the store's revision, so every
+        // batch applied after that read comes through the hub.
+        let hub = self.state.watch_hub.subscribe();
+        let stream = WatchStream {
+            state: self.state.clone(),
+            out,
+            watchers: BTreeMap::new(),
+            next_id: 0,
+            reported: 0,
+            progress_pending: None,
+        };
+        tokio::spawn(stream.run(request.into_inner(), hub, require_leader));
+        Ok(Response::new(ReceiverStream::new(responses)))
+    }
+}
+
+/// One watcher of a stream.
+struct Watcher {
+    key: Vec<u8>,
+    /// As a range request's: empty for the key alone, `[0]` for every key
+    /// from `key` on.
+    range_end: Vec<u8>,
+    /// The first revision this watcher has not been sent yet.
+    next: i64,
+    prev_kv: bool,
+    no_put: bool,
+    no_delete: bool,
+    fragment: bool,
+    progress_notify: bool,
+}
+
+impl Watcher {
+    fn wants(&self, event: &mvcc::Event) -> bool {
+        let kind_wanted = match event.kind {
+            mvcc::EventKind::Put => !self.no_put,
+            mvcc::EventKind::Delete => !self.no_delete,
+        };
+        kind_wanted && mvcc::index::RangeEnd::parse(&self.range_end).contains(&self.key, &event.kv.key)
+    }
+}
+
+/// What woke the stream task.
+enum Wake {
+    Request(Option<Result<pb::WatchRequest, Status>>),
+    Hub(Result<Arc<Published>, broadcast::error::RecvError>),
+    ProgressTick,
+    LeaderCheck,
+    ClientGone,
+}
+
+struct WatchStream {
+    state: Arc<MemberState>,
+    out: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    watchers: BTreeMap<i64, Watcher>,
+    /// The next automatic watch id (etcd's `nextID`).
+    next_id: i64,
+    /// The highest header revision sent on this stream: progress is never
+    /// reported below it, so it never goes back.
+    reported: i64,
+    /// A progress request waits until every watcher has been sent every
+    /// revision up to the store's revision when it came.
+    progress_pending: Option<i64>,
+}
+
+/// The stream's client is gone: stop.
+struct Gone;
+
+impl WatchStream {
+    async fn run(
+        mut self,
+        mut requests: Streaming<pb::WatchRequest>,
+        mut hub: broadcast::Receiver<Arc<Published>>,
+        require_leader: bool,
+    ) {
+        let interval = self.state.config.experimental_watch_progress_notify_interval;
+        let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        let election = Duration::from_millis(self.state.config.election_timeout.max(1));
+        let mut leader_check = tokio::time::interval_at(tokio::time::Instant::now() + election, election);
+        let mut no_leader_checks = 0;
+        // etcd keeps serving a stream whose client closed its sending side.
+        let mut requests_open = true;
+        let out = self.out.clone();
+        loop {
+            let wake = tokio::select! {
+                request = requests.next(), if requests_open => Wake::Request(request),
+                published = hub.recv() => Wake::Hub(published),
+                _ = progress.tick() => Wake::ProgressTick,
+                _ = leader_check.tick(), if require_leader => Wake::LeaderCheck,
+                _ = out.closed() => Wake::ClientGone,
+            };
+            let step = match wake {
+                Wake::Request(Some(Ok(request))) => self.handle(request).await,
+                Wake::Request(None) => {
+                    requests_open = false;
+                    Ok(())
+                }
+                Wake::Request(Some(Err(_))) | Wake::ClientGone => Err(Gone),
+                Wake::Hub(Ok(published)) => self.deliver(&published).await,
+                Wake::Hub(Err(broadcast::error::RecvError::Lagged(_))) => self.resync().await,
+                Wake::Hub(Err(broadcast::error::RecvError::Closed)) => Err(Gone),
+                Wake::ProgressTick => self.notify_progress().await,
+                Wake::LeaderCheck => {
+                    no_leader_checks = if self.state.leader() == 0 {
+                        no_leader_checks + 1
+                    } else {
+                        0
+                    };
+                    if no_leader_checks >= NO_LEADER_CHECKS {
+                        let _ = self.out.send(Err(errors::no_leader())).await;
+                        Err(Gone)
+                    } else {
+                        Ok(())
+                    }
+                }
+            };
+            if step.is_err() {
+                return;
+            }
+            if self.send_progress_if_synced().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn header(&self, revision: i64) -> Option<pb::ResponseHeader> {
+        self.state.header_fields().header(revision)
+    }
+
+    async fn send(&mut self, response: pb::WatchResponse) -> Result<(), Gone> {
+        if let Some(header) = &response.header {
+            self.reported = self.reported.max(header.revision);
+        }
+        self.out.send(Ok(response)).await.map_err(|_| Gone)
+    }
+
+    async fn handle(&mut self, request: pb::WatchRequest) -> Result<(), Gone> {
+        use pb::watch_request::RequestUnion;
+        match request.request_union {
+            Some(RequestUnion::CreateRequest(create)) => self.create(create).await,
+            Some(RequestUnion::CancelRequest(cancel)) => {
+                // etcd answers only the cancel of a watcher that exists.
+                if self.watchers.remove(&cancel.watch_id).is_none() {
+                    return Ok(());
+                }
+                let response = pb::WatchResponse {
+                    header: self.header(self.state.store.current_revision()),
+                    watch_id: cancel.watch_id,
+                    canceled: true,
+                    ..Default::default()
+                };
+                self.send(response).await
+            }
+            Some(RequestUnion::ProgressRequest(_)) => {
+                self.progress_pending = Some(self.state.store.current_revision());
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
+    async fn create(&mut self, create: pb::WatchCreateRequest) -> Result<(), Gone> {
+        let current = self.state.store.current_revision();
+        // etcd's reading of the request: an empty key is the smallest key.
+        let key = if create.key.is_empty() { vec![0] } else { create.key };
+        let range_end = create.range_end;
+        let refused = if range_end.len() > 1 || (range_end.len() == 1 && range_end[0] != 0) {
+            (key >= range_end).then_some(EMPTY_RANGE)
+        } else {
+            None
+        };
+        let refused = refused.or_else(|| {
+            if create.watch_id != 0 && self.watchers.contains_key(&create.watch_id) {
+                Some(DUPLICATE_ID)
+            } else if self.watchers.len() >= WATCHERS_PER_STREAM_MAX {
+                Some(TOO_MANY_WATCHERS)
+            } else {
+                None
+            }
+        });
+        if let Some(reason) = refused {
+            let response = pb::WatchResponse {
+                header: self.header(current),
+                watch_id: INVALID_WATCH_ID,
+                created: true,
+                canceled: true,
+                cancel_reason: reason.to_string(),
+                ..Default::default()
+            };
+            return self.send(response).await;
+        }
+        let id = if create.watch_id == 0 {
+            while self.watchers.contains_key(&self.next_id) {
+                self.next_id += 1;
+            }
+            self.next_id += 1;
+            self.next_id - 1
+        } else {
+            create.watch_id
+        };
+        let filters = |wanted: pb::watch_create_request::FilterType| create.filters.contains(&(wanted as i32));
+        let watcher = Watcher {
+            key,
+            range_end,
+            next: if create.start_revision == 0 {
+                current + 1
+            } else {
+                create.start_revision
+            },
+            prev_kv: create.prev_kv,
+            no_put: filters(pb::watch_create_request::FilterType::Noput),
+            no_delete: filters(pb::watch_create_request::FilterType::Nodelete),
+            fragment: create.fragment,
+            progress_notify: create.progress_notify,
+        };
+        let starts_in_past = watcher.next <= current;
+        self.watchers.insert(id, watcher);
+        let response = pb::WatchResponse {
+            header: self.header(current),
+            watch_id: id,
+            created: true,
+            ..Default::default()
+        };
+        self.send(response).await?;
+        if starts_in_past {
+            self.catch_up(id, current).await?;
+        }
+        Ok(())
+    }
+
+    /// One applied batch, to every watcher it concerns.
+    async fn deliver(&mut self, published: &Published) -> Result<(), Gone> {
+        let (first, last, events) = match published {
+            Published::Changes { first, last, events } => (*first, *last, events),
+            Published::Restored => return self.resync().await,
+        };
+        let ids: Vec<i64> = self.watchers.keys().copied().collect();
+        for id in ids {
+            let Some(watcher) = self.watchers.get_mut(&id) else {
+                continue;
+            };
+            if watcher.next > last {
+                continue;
+            }
+            if watcher.next < first {
+                // It missed revisions before this batch (it started in
+                // the past, or the stream lagged): history has them all.
+                self.catch_up(id, last).await?;
+                continue;
+            }
+            let from = watcher.next;
+            watcher.next = last + 1;
+            let watcher = &self.watchers[&id];
+            let mut out = Vec::new();
+            for event in events.iter() {
+                if event.kv.mod_revision >= from && watcher.wants(event) {
+                    let previous = if watcher.prev_kv {
+                        self.state
+                            .store
+                            .value_before(&event.kv.key, event.kv.mod_revision)
+                            .unwrap_or_default()
+                    } else {
+                        None
+                    };
+                    out.push(wire_event(event.clone(), previous));
+                }
+            }
+            if !out.is_empty() {
+                self.send_events(id, last, out).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After the stream lost its place in the hub, or the store was
+    /// replaced by a snapshot: every watcher reads what it missed from
+    /// history, up to the store's revision now.
+    async fn resync(&mut self) -> Result<(), Gone> {
+        let current = self.state.store.current_revision();
+        let ids: Vec<i64> = self.watchers.keys().copied().collect();
+        for id in ids {
+            self.catch_up(id, current).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends watcher `id` every change from its next revision up to `to`,
+    /// from the store's history, in pieces of [`WATCH_BATCH_REVISIONS`];
+    /// cancels it as etcd does if its next revision was compacted away.
+    async fn catch_up(&mut self, id: i64, to: i64) -> Result<(), Gone> {
+        loop {
+            let Some(watcher) = self.watchers.get(&id) else {
+                return Ok(());
+            };
+            if watcher.next > to {
+                return Ok(());
+            }
+            let end = to.min(watcher.next.saturating_add(WATCH_BATCH_REVISIONS - 1));
+            let changes =
+                self.state
+                    .store
+                    .changes(&watcher.key, &watcher.range_end, watcher.next, end, watcher.prev_kv);
+            let changes = match changes {
+                Ok(changes) => changes,
+                Err(mvcc::Error::Compacted) => {
+                    self.watchers.remove(&id);
+                    // etcd's compacted response carries no revision.
+                    let response = pb::WatchResponse {
+                        header: self.header(0),
+                        watch_id: id,
+                        compact_revision: self.state.store.compact_revision(),
+                        canceled: true,
+                        ..Default::default()
+                    };
+                    return self.send(response).await;
+                }
+                Err(error) => {
+                    tracing::error!(%error, "watch: could not read history");
+                    let _ = self.out.send(Err(convert::status(&error))).await;
+                    return Err(Gone);
+                }
+            };
+            let events: Vec<mvccpb::Event> = changes
+                .into_iter()
+                .filter(|(event, _)| watcher.wants(event))
+                .map(|(event, previous)| wire_event(event, previous))
+                .collect();
+            if let Some(watcher) = self.watchers.get_mut(&id) {
+                watcher.next = end + 1;
+            }
+            if !events.is_empty() {
+                self.send_events(id, to, events).await?;
+            }
+        }
+    }
+
+    /// Sends events to watcher `id` under a header at `revision`, split in
+    /// fragments if the watcher asked. etcd's limit for a fragment is the
+    /// largest message its server takes: the request limit plus gRPC's
+    /// overhead allowance.
+    async fn send_events(&mut self, id: i64, revision: i64, events: Vec<mvccpb::Event>) -> Result<(), Gone> {
+        let fragment = self.watchers.get(&id).is_some_and(|w| w.fragment);
+        let whole = pb::WatchResponse {
+            header: self.header(revision),
+            watch_id: id,
+            events,
+            ..Default::default()
+        };
+        let limit = self.state.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+        if !fragment {
+            return self.send(whole).await;
+        }
+        for piece in fragments(whole, limit) {
+            self.send(piece).await?;
+        }
+        Ok(())
+    }
+
+    /// The revision every watcher has been sent everything up to.
+    fn synced_revision(&self) -> i64 {
+        self.watchers
+            .values()
+            .map(|watcher| watcher.next - 1)
+            .min()
+            .unwrap_or_else(|| self.state.store.current_revision())
+    }
+
+    /// Answers a pending progress request once every watcher has been
+    /// sent everything up to the revision it waits for.
+    async fn send_progress_if_synced(&mut self) -> Result<(), Gone> {
+        let Some(target) = self.progress_pending else {
+            return Ok(());
+        };
+        let synced = self.synced_revision().min(self.state.store.current_revision());
+        if synced < target.max(self.reported) {
+            return Ok(());
+        }
+        self.progress_pending = None;
+        let response = pb::WatchResponse {
+            header: self.header(synced),
+            watch_id: INVALID_WATCH_ID,
+            ..Default::default()
+        };
+        self.send(response).await
+    }
+
+    /// The periodic progress of watchers created with `progress_notify`:
+    /// each hears the revision it has been sent everything up to, unless
+    /// that is below a header this stream already sent (progress never
+    /// goes back).
+    async fn notify_progress(&mut self) -> Result<(), Gone> {
+        let current = self.state.store.current_revision();
+        let reported = self.reported;
+        let due: Vec<(i64, i64)> = self
+            .watchers
+            .iter()
+            .filter(|(_, watcher)| watcher.progress_notify)
+            .map(|(id, watcher)| (*id, (watcher.next - 1).min(current)))
+            .filter(|(_, revision)| *revision >= reported)
+            .collect();
+        for (id, revision) in due {
+            let response = pb::WatchResponse {
+                header: self.header(revision),
+                watch_id: id,
+                ..Default::default()
+            };
+            self.send(response).await?;
+        }
+        Ok(())
+    }
+}
+
+fn wire_event(event: mvcc::Event, previous: Option<mvcc::KeyValue>) -> mvccpb::Event {
+    let kind = match event.kind {
+        mvcc::EventKind::Put => mvccpb::event::EventType::Put,
+        mvcc::EventKind::Delete => mvccpb::event::EventType::Delete,
+    };
+    mvccpb::Event {
+        r#type: kind as i32,
+        kv: Some(convert::key_value(event.kv)),
+        prev_kv: previous.map(convert::key_value),
+    }
+}
+
+/// etcd's fragmenting: a response of at least `limit` bytes with more than
+/// one event goes out as several, each holding events while it stays below
+/// `limit` (always at least one), all but the last marked `fragment`.
+pub fn fragments(whole: pb::WatchResponse, limit: usize) -> Vec<pb::WatchResponse> {
+    if whole.encoded_len() < limit || whole.events.len() < 2 {
+        return vec![whole];
+    }
+    let empty = pb::WatchResponse {
+        events: Vec::new(),
+        fragment: true,
+        ..whole.clone()
+    };
+    let mut pieces = Vec::new();
+    let mut current = empty.clone();
+    for event in whole.events {
+        current.events.push(event);
+        if current.events.len() > 1 && current.encoded_len() >= limit {
+            let overflow = current.events.pop().expect("just pushed");
+            pieces.push(std::mem::replace(&mut current, empty.clone()));
+            current.events.push(overflow);
+        }
+    }
+    current.fragment = false;
+    pieces.push(current);
+    pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(key: &str, value_bytes: usize) -> mvccpb::Event {
+        mvccpb::Event {
+            kv: Some(mvccpb::KeyValue {
+                key: key.as_bytes().to_vec(),
+                value: vec![b'v'; value_bytes],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    // Goal: fragments carry every event once, in order; each stays below
+    // the limit unless it holds a single event; only the last is unmarked;
+    // a small response or a single event is not split.
+    #[test]
+    fn fragments_split_at_the_limit() {
+        let events: Vec<mvccpb::Event> = (0..10).map(|i| event(&format!("k{i}"), 300)).collect();
+        let whole = pb::WatchResponse {
+            watch_id: 3,
+            events: events.clone(),
+            ..Default::default()
+        };
+        let pieces = fragments(whole.clone(), 1000);
+        assert!(pieces.len() >= 4, "{} pieces", pieces.len());
+        let rejoined: Vec<mvccpb::Event> = pieces.iter().flat_map(|p| p.events.clone()).collect();
+        assert_eq!(rejoined, events);
+        for (i, piece) in pieces.iter().enumerate() {
+            assert_eq!(piece.fragment, i + 1 < pieces.len());
+            assert_eq!(piece.watch_id, 3);
+            assert!(piece.encoded_len() < 1000 || piece.events.len() == 1);
+        }
+        assert_eq!(fragments(whole.clone(), 1 << 20), vec![whole]);
+        let single = pb::WatchResponse {
+            events: vec![event("big", 5000)],
+            ..Default::default()
+        };
+        assert_eq!(fragments(single.clone(), 1000), vec![single]);
+    }
+}
