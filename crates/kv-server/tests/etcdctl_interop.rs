@@ -16,9 +16,10 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -84,7 +85,14 @@ fn sequence() -> Vec<Step> {
             "mod(\"foo\") > \"0\"\nversion(\"t1\") = \"1\"\n\ndel t --prefix\n\n\n",
         ),
         step("get \"\" --prefix --keys-only -w json"),
+        // Watches: history with previous values from a start revision
+        // (etcdctl keeps watching; the step reads until output stops).
+        step("watch foo --prefix --rev=2 --prev-kv"),
+        step("watch t --prefix --rev=10 -w json"),
         step("compact 5"),
+        // A start below the compact revision: etcdctl reports the cancel.
+        step("watch foo --rev=3"),
+        step("watch foo --prefix --rev=5"),
         step("get foo --rev=3 -w json"),
         step("get foo --rev=5 -w json"),
         step("get foo --rev=100000 -w json"),
@@ -137,6 +145,57 @@ fn blank(value: &mut Value) {
     }
 }
 
+/// A watch step ends when its output has been quiet this long (or when
+/// etcdctl exits, as it does when the server cancels the watch).
+const WATCH_QUIET: Duration = Duration::from_millis(1500);
+/// The longest a watch step runs.
+const WATCH_AT_MOST: Duration = Duration::from_secs(10);
+
+/// Runs a watch step: etcdctl watches until stopped, so its output is read
+/// until it stops coming, then etcdctl is killed. JSON lines are parsed
+/// and blanked one by one.
+fn run_watch(mut child: std::process::Child) -> Outcome {
+    let stdout = child.stdout.take().expect("stdout");
+    let (lines, received) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + WATCH_AT_MOST;
+    let mut output = Vec::new();
+    while Instant::now() < deadline {
+        match received.recv_timeout(WATCH_QUIET) {
+            Ok(line) => {
+                let mut value = serde_json::from_str(&line).unwrap_or(Value::String(line));
+                blank(&mut value);
+                output.push(value);
+            }
+            Err(_) => break,
+        }
+    }
+    let exited = child.try_wait().expect("etcdctl status");
+    if exited.is_none() {
+        child.kill().expect("stop etcdctl");
+    }
+    let status = child.wait().expect("etcdctl exit");
+    reader.join().expect("stdout reader");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    Outcome {
+        stdout: Value::Array(output),
+        error: stderr.lines().rev().find(|l| l.starts_with("Error:")).map(String::from),
+        success: exited.is_some() && status.success(),
+    }
+}
+
 fn run(etcdctl: &Path, endpoints: &str, step: &Step) -> Outcome {
     // `""` in a step means an empty argument.
     let args: Vec<String> = step
@@ -159,6 +218,9 @@ fn run(etcdctl: &Path, endpoints: &str, step: &Step) -> Outcome {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run etcdctl");
+    if args[0] == "watch" {
+        return run_watch(child);
+    }
     let mut stdin = child.stdin.take().expect("stdin");
     let input = step.stdin.clone().unwrap_or_default();
     let writer = std::thread::spawn(move || {
@@ -238,6 +300,16 @@ fn etcdctl_sees_the_same_as_with_real_etcd() {
     );
     assert!(errors.iter().any(|e| e.contains("key is not provided")), "{errors:?}");
     assert!(errors.iter().any(|e| e.contains("request is too large")), "{errors:?}");
+    // The first watch step printed the history under "foo" from revision
+    // 2 on: kind, key and value (and previous value) of nine changes.
+    let watched = &expected[sequence()
+        .iter()
+        .position(|s| s.args[0] == "watch")
+        .expect("a watch step")];
+    assert!(
+        watched.stdout.as_array().is_some_and(|lines| lines.len() > 20),
+        "{watched:?}"
+    );
     assert!(
         mismatches.is_empty(),
         "{} of {} steps differ:\n{}",
