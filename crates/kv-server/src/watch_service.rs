@@ -193,7 +193,10 @@ impl WatchStream {
                 }
                 Wake::Request(Some(Err(_))) | Wake::ClientGone => Err(Gone),
                 Wake::Hub(Ok(published)) => self.deliver(&published).await,
-                Wake::Hub(Err(broadcast::error::RecvError::Lagged(_))) => self.resync().await,
+                Wake::Hub(Err(broadcast::error::RecvError::Lagged(missed))) => {
+                    tracing::info!(missed, "a watch stream fell behind the hub; catching up from history");
+                    self.resync().await
+                }
                 Wake::Hub(Err(broadcast::error::RecvError::Closed)) => Err(Gone),
                 Wake::ProgressTick => self.notify_progress().await,
                 Wake::LeaderCheck => {

@@ -421,6 +421,96 @@ async fn exercise(binary: &Path, base: u16) {
     }
 }
 
+/// Puts made while a watcher does not read: more responses than the
+/// client's HTTP/2 stream window (2 MiB: 500 of these), the stream's queue
+/// (128) and the hub (1024 batches) hold together.
+const UNREAD_PUTS: usize = 3000;
+/// Bytes of each value those puts write.
+const UNREAD_VALUE_BYTES: usize = 4096;
+/// How long reading all of them back may take.
+const READ_BACK_WITHIN: Duration = Duration::from_secs(60);
+
+/// A watcher that stops reading while thousands of changes are made loses
+/// none of them: once it reads again it gets every revision, once, in
+/// order (this project's stream catches up from history once it has
+/// fallen behind the hub).
+///
+/// `lag_logged`: a line the member's log must then hold, to show the test
+/// exercised the catch-up.
+async fn slow_reader(binary: &Path, base: u16, lag_logged: Option<&str>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = common::Cluster::start(binary, dir.path(), base, &[]);
+    let endpoints: Vec<String> = cluster.members.iter().map(common::Member::endpoint).collect();
+    let (leader, _) = common::leader(&endpoints, Duration::from_secs(5)).await;
+    let channel = common::connect(&endpoints[(leader + 1) % 3], Duration::from_secs(10))
+        .await
+        .expect("connect");
+    let mut kv = KvClient::new(channel.clone());
+    let mut w = Watching::open(
+        channel,
+        pb::WatchRequest {
+            request_union: Some(create(pb::WatchCreateRequest {
+                range_end: b"s0".to_vec(),
+                ..watch_key("s/")
+            })),
+        },
+        false,
+    )
+    .await
+    .expect("watch stream");
+    let created = w.next().await;
+    assert!(created.created, "{created:?}");
+    let value = vec![b'v'; UNREAD_VALUE_BYTES];
+    let mut revisions = Vec::with_capacity(UNREAD_PUTS);
+    for i in 0..UNREAD_PUTS {
+        revisions.push(put(&mut kv, &format!("s/{i:05}"), &value).await);
+    }
+    let read_back = tokio::time::timeout(READ_BACK_WITHIN, async {
+        let mut seen = Vec::with_capacity(UNREAD_PUTS);
+        while seen.len() < UNREAD_PUTS {
+            let response = w.next().await;
+            assert_eq!(response.watch_id, 0, "{:?}", response.header);
+            for event in response.events {
+                let kv = event.kv.expect("kv");
+                assert_eq!(event.r#type, PUT);
+                assert_eq!(kv.value.len(), UNREAD_VALUE_BYTES);
+                seen.push((String::from_utf8_lossy(&kv.key).into_owned(), kv.mod_revision));
+            }
+        }
+        seen
+    })
+    .await
+    .expect("every event read back in time");
+    let expected: Vec<(String, i64)> = revisions
+        .iter()
+        .enumerate()
+        .map(|(i, revision)| (format!("s/{i:05}"), *revision))
+        .collect();
+    assert_eq!(read_back.len(), expected.len());
+    let first_difference = read_back.iter().zip(&expected).position(|(got, want)| got != want);
+    assert_eq!(first_difference, None, "events differ from the puts");
+    if let Some(line) = lag_logged {
+        let follower = &cluster.members[(leader + 1) % 3].name;
+        let log = std::fs::read_to_string(cluster.dir.join(format!("{follower}.log"))).expect("member log");
+        assert!(log.contains(line), "{follower}'s log lacks {line:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_etcd_slow_watchers_lose_nothing() {
+    slow_reader(&common::etcd_tool("ETCD_BIN", "etcd"), 12379, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_server_slow_watchers_lose_nothing() {
+    slow_reader(
+        &common::kv_server(),
+        12479,
+        Some("a watch stream fell behind the hub; catching up from history"),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_etcd_watches_behave_so() {
     exercise(&common::etcd_tool("ETCD_BIN", "etcd"), 11379).await;
