@@ -1,6 +1,8 @@
 //! Goal: etcd's own benchmark tool runs against this project's cluster
-//! with zero errors: put with 1000 clients over 100 connections, and range
-//! with linearizable and serializable consistency.
+//! with zero errors: put with 1000 clients over 100 connections, range
+//! with linearizable and serializable consistency, and its watch
+//! benchmarks (100 watchers on 10 streams receiving every put, and watch
+//! latency), which finish only if every watcher gets every event.
 //!
 //! Method: a 3-member cluster of real processes; the real `benchmark`
 //! binary from etcd v3.5.17 (`ETCD_BENCHMARK_BIN`, or the cache that
@@ -11,15 +13,39 @@
 
 mod common;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// Requests per run: enough for 1000 clients to each send several, small
 /// enough to finish in seconds on 2 cores.
 const TOTAL: &str = "5000";
 
+/// The longest one run may take; a watch run that misses events would
+/// otherwise wait forever.
+const RUN_AT_MOST: Duration = Duration::from_secs(120);
+
 fn benchmark(args: &[&str]) -> String {
     let tool = common::etcd_tool("ETCD_BENCHMARK_BIN", "etcd-benchmark");
-    let output = Command::new(tool).args(args).output().expect("run benchmark");
+    let mut child = Command::new(tool)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run benchmark");
+    // Output is drained by wait_with_output in a thread; the deadline is
+    // kept here.
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let output = child.wait_with_output();
+        let _ = done.send(());
+        output
+    });
+    if finished.recv_timeout(RUN_AT_MOST).is_err() {
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        panic!("benchmark {args:?} ran over {RUN_AT_MOST:?}");
+    }
+    let output = waiter.join().expect("waiter").expect("benchmark output");
     let report = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "benchmark {args:?} failed:\n{report}");
     report
@@ -71,12 +97,23 @@ fn etcd_benchmark_runs_without_errors() {
             "--total",
             TOTAL,
         ],
+        vec![
+            &endpoints_flag,
+            "--conns=10",
+            "--clients=10",
+            "watch",
+            "--streams=10",
+            "--watch-per-stream=10",
+            "--watched-key-total=10",
+            "--put-total=500",
+        ],
+        vec![&endpoints_flag, "watch-latency", "--total=200", "--put-rate=100"],
     ];
     for args in runs {
         let report = benchmark(&args);
         assert!(!report.contains("Error distribution"), "errors in {args:?}:\n{report}");
         let rate = requests_per_second(&report);
         assert!(rate > 0.0, "{args:?}: {rate} requests/s");
-        eprintln!("{}: {rate:.0} requests/s", args[3..].join(" "));
+        eprintln!("{}: {rate:.0} requests/s", args[1..].join(" "));
     }
 }
