@@ -142,7 +142,7 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
             .iter_mut()
             .flat_map(|result| std::mem::take(&mut result.events))
             .collect();
-        state.watch_hub.publish(Published::Changes { first, last, events });
+        state.watch_hub.publish_changes(first, last, events);
     }
     let mut applied = applied.into_iter();
     for (owner, refused) in outcomes {

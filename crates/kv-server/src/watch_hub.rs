@@ -14,21 +14,29 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 
 /// Applied batches the broadcast keeps for streams that have not read them.
-/// A batch holds at most one raft Ready's entries, so this bounds the
-/// hub's memory at 1024 such batches; a stream further behind catches up
-/// from history, which costs a scan but loses nothing.
+/// A stream further behind catches up from history, which costs a scan
+/// but loses nothing. With [`WATCH_HUB_BATCH_BYTES_MAX`] this bounds the
+/// hub's memory at 256 MiB however large the writes; typical batches
+/// (Kubernetes objects of a few KiB) keep it to a few MiB.
 pub const WATCH_HUB_BATCHES: usize = 1024;
+
+/// Key and value bytes of one batch's events above which the hub carries
+/// only the batch's revisions, and streams read its events from history:
+/// one large write then costs a store read per stream instead of holding
+/// its values in the hub.
+pub const WATCH_HUB_BATCH_BYTES_MAX: usize = 256 << 10;
 
 /// One message of the hub.
 #[derive(Debug)]
 pub enum Published {
     /// The changes of one applied batch: every event at main revisions
-    /// `first..=last`, in revision order. The store has reached `last`
-    /// when this is sent.
+    /// `first..=last`, in revision order, or `None` when they were too
+    /// large to carry (read them from history). The store has reached
+    /// `last` when this is sent.
     Changes {
         first: i64,
         last: i64,
-        events: Vec<mvcc::Event>,
+        events: Option<Vec<mvcc::Event>>,
     },
     /// The store was replaced by a snapshot: what it holds now is not the
     /// continuation of the batches before.
@@ -48,8 +56,18 @@ impl Default for WatchHub {
 }
 
 impl WatchHub {
-    /// Sends a batch's changes to every open watch stream. Costs nothing
-    /// when none is open.
+    /// Sends a batch's changes (main revisions `first..=last`) to every
+    /// open watch stream. Costs nothing when none is open.
+    pub fn publish_changes(&self, first: i64, last: i64, events: Vec<mvcc::Event>) {
+        if self.sender.receiver_count() == 0 {
+            return;
+        }
+        let bytes: usize = events.iter().map(|e| e.kv.key.len() + e.kv.value.len()).sum();
+        let events = (bytes <= WATCH_HUB_BATCH_BYTES_MAX).then_some(events);
+        self.publish(Published::Changes { first, last, events });
+    }
+
+    /// Sends a message to every open watch stream.
     pub fn publish(&self, message: Published) {
         if self.sender.receiver_count() > 0 {
             // An error only means every stream closed since the count.
@@ -61,5 +79,58 @@ impl WatchHub {
     /// sent from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Published>> {
         self.sender.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: &str, value_bytes: usize, revision: i64) -> mvcc::Event {
+        mvcc::Event {
+            kind: mvcc::EventKind::Put,
+            kv: mvcc::KeyValue {
+                key: key.as_bytes().to_vec(),
+                value: vec![b'v'; value_bytes],
+                mod_revision: revision,
+                ..Default::default()
+            },
+        }
+    }
+
+    // Goal: a stream receives every batch published after it subscribed,
+    // with its events up to the byte bound and without them above it; a
+    // stream that does not read loses its place after WATCH_HUB_BATCHES
+    // batches and is told how many it missed.
+    #[tokio::test]
+    async fn batches_reach_subscribers_within_bounds() {
+        let hub = WatchHub::default();
+        hub.publish_changes(2, 2, vec![put("before", 1, 2)]);
+        let mut stream = hub.subscribe();
+        hub.publish_changes(3, 3, vec![put("a", 10, 3)]);
+        hub.publish_changes(4, 5, vec![put("b", WATCH_HUB_BATCH_BYTES_MAX, 4), put("c", 1, 5)]);
+        match &*stream.recv().await.expect("first") {
+            Published::Changes {
+                first: 3,
+                last: 3,
+                events: Some(events),
+            } => assert_eq!(events[0].kv.key, b"a"),
+            other => panic!("{other:?}"),
+        }
+        match &*stream.recv().await.expect("second") {
+            Published::Changes {
+                first: 4,
+                last: 5,
+                events: None,
+            } => {}
+            other => panic!("{other:?}"),
+        }
+        for revision in 0..WATCH_HUB_BATCHES as i64 + 5 {
+            hub.publish_changes(revision, revision, Vec::new());
+        }
+        match stream.recv().await {
+            Err(broadcast::error::RecvError::Lagged(missed)) => assert_eq!(missed, 5),
+            other => panic!("{other:?}"),
+        }
     }
 }

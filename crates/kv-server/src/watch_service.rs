@@ -341,12 +341,13 @@ impl WatchStream {
             if watcher.next > last {
                 continue;
             }
-            if watcher.next < first {
+            let Some(events) = events.as_ref().filter(|_| watcher.next >= first) else {
                 // It missed revisions before this batch (it started in
-                // the past, or the stream lagged): history has them all.
+                // the past, or the stream lagged), or the batch was too
+                // large to carry: history has them all.
                 self.catch_up(id, last).await?;
                 continue;
-            }
+            };
             let from = watcher.next;
             watcher.next = last + 1;
             let watcher = &self.watchers[&id];

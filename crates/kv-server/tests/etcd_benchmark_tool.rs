@@ -26,7 +26,7 @@ const RUN_AT_MOST: Duration = Duration::from_secs(120);
 
 fn benchmark(args: &[&str]) -> String {
     let tool = common::etcd_tool("ETCD_BENCHMARK_BIN", "etcd-benchmark");
-    let mut child = Command::new(tool)
+    let child = Command::new(tool)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
