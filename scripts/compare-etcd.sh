@@ -5,6 +5,11 @@
 # connections:
 #   put    8-byte sequential keys, 256-byte values, to the leader
 #   range  linearizable, then serializable, over all members
+# and etcd's watch benchmarks, over 10 connections:
+#   watch-events   10 streams of 100 watchers on one key, TOTAL/100 puts:
+#                  every put reaches all 1000 watchers (events/s received)
+#   watch-latency  TOTAL/100 puts at 100/s to a watched key: how long each
+#                  event takes to arrive (its requests/s is the put rate)
 # Prints Requests/sec, average and p99 latency, the largest member RSS
 # after the puts, the error count, and kv-server's ratio to etcd.
 #   scripts/compare-etcd.sh [TOTAL]      (default 100000, etcd's documented size)
@@ -49,6 +54,13 @@ measure() {  # server binary
             range foo --consistency=$consistency --total="$total" 2>&1)
         row "$name" "range-$consistency" "$report" "-"
     done
+    report=$("$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --conns=10 --clients=10 \
+        watch --streams=10 --watch-per-stream=100 --watched-key-total=1 --put-total=$((total / 100)) 2>&1)
+    # The tool prints two summaries; the second counts events received.
+    row "$name" watch-events "$(echo "$report" | sed -n '/Watch events received summary/,$p')" "-"
+    report=$("$ETCD_BENCHMARK_BIN" --endpoints=$endpoints \
+        watch-latency --total=$((total / 100)) --put-rate=100 2>&1)
+    row "$name" watch-latency "$report" "-"
     scripts/local-cluster.sh stop "$dir"
 }
 
@@ -56,7 +68,7 @@ printf '1000 clients over 100 conns, %s requests per row, 3 members on loopback,
 printf '%-10s %-14s %12s %10s %10s %8s %7s\n' server workload requests/s "avg (s)" "p99 (s)" "RSS MB" errors
 measure etcd "$ETCD_BIN"
 measure kv-server target/release/kv-server
-for workload in put range-l range-s; do
+for workload in put range-l range-s watch-events; do
     awk -v a="$(cat "$work/kv-server.$workload")" -v b="$(cat "$work/etcd.$workload")" -v w="$workload" \
         'BEGIN { printf "ratio kv-server / etcd, %-8s %.2f\n", w, a / b }'
 done

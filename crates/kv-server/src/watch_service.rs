@@ -26,7 +26,7 @@
 //! while there is no leader, and ends with "no leader" after
 //! [`NO_LEADER_CHECKS`] election timeouts without one, as etcd's do.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +54,11 @@ pub const WATCH_STREAM_QUEUE: usize = 128;
 /// per resource type on a stream; this leaves two orders of magnitude of
 /// room while bounding what one client can make every applied batch cost.
 pub const WATCHERS_PER_STREAM_MAX: usize = 10_000;
+
+/// Hub messages delivered together, one response per watcher: bounds the
+/// events one response gathers to what 64 applied batches made (the same
+/// order as etcd's batches for watchers that fell behind).
+pub const WATCH_MERGE_BATCHES: usize = 64;
 
 /// Revisions read from history per response while a watcher catches up:
 /// etcd's `watchBatchMaxRevs`, so a long catch-up arrives in bounded pieces.
@@ -105,6 +110,9 @@ impl Watch for WatchService {
             next_id: 0,
             reported: 0,
             progress_pending: None,
+            pending: BTreeMap::new(),
+            pending_order: VecDeque::new(),
+            gathered: 0,
         };
         tokio::spawn(stream.run(request.into_inner(), hub, require_leader));
         Ok(Response::new(ReceiverStream::new(responses)))
@@ -137,12 +145,14 @@ impl Watcher {
 }
 
 /// What woke the stream task.
-enum Wake {
+enum Wake<'a> {
     Request(Option<Result<pb::WatchRequest, Status>>),
     Hub(Result<Arc<Published>, broadcast::error::RecvError>),
     ProgressTick,
     LeaderCheck,
     ClientGone,
+    /// The client's queue has room for the oldest gathered response.
+    Room(Result<mpsc::Permit<'a, Result<pb::WatchResponse, Status>>, mpsc::error::SendError<()>>),
 }
 
 struct WatchStream {
@@ -157,6 +167,17 @@ struct WatchStream {
     /// A progress request waits until every watcher has been sent every
     /// revision up to the store's revision when it came.
     progress_pending: Option<i64>,
+    /// Events gathered per watcher and not yet queued for the client,
+    /// with the header revision to send them under. While the client's
+    /// queue is full, a watcher's new events join its gathered ones, so a
+    /// slow client gets fewer, larger responses (etcd's "victim" watchers).
+    pending: BTreeMap<i64, (i64, Vec<mvccpb::Event>)>,
+    /// The watchers in `pending`, oldest first, so each is sent in turn.
+    pending_order: VecDeque<i64>,
+    /// Hub messages gathered into `pending` since it was last empty. At
+    /// [`WATCH_MERGE_BATCHES`] the stream stops reading the hub until its
+    /// client takes some: it then lags, and catches up from history.
+    gathered: usize,
 }
 
 /// The stream's client is gone: stop.
@@ -180,7 +201,8 @@ impl WatchStream {
         loop {
             let wake = tokio::select! {
                 request = requests.next(), if requests_open => Wake::Request(request),
-                published = hub.recv() => Wake::Hub(published),
+                published = hub.recv(), if self.gathered < WATCH_MERGE_BATCHES => Wake::Hub(published),
+                permit = out.reserve(), if !self.pending.is_empty() => Wake::Room(permit),
                 _ = progress.tick() => Wake::ProgressTick,
                 _ = leader_check.tick(), if require_leader => Wake::LeaderCheck,
                 _ = out.closed() => Wake::ClientGone,
@@ -191,8 +213,9 @@ impl WatchStream {
                     requests_open = false;
                     Ok(())
                 }
-                Wake::Request(Some(Err(_))) | Wake::ClientGone => Err(Gone),
-                Wake::Hub(Ok(published)) => self.deliver(&published).await,
+                Wake::Request(Some(Err(_))) | Wake::ClientGone | Wake::Room(Err(_)) => Err(Gone),
+                Wake::Room(Ok(permit)) => self.send_oldest_pending(permit).await,
+                Wake::Hub(Ok(published)) => self.deliver_ready(published, &mut hub).await,
                 Wake::Hub(Err(broadcast::error::RecvError::Lagged(missed))) => {
                     tracing::info!(missed, "a watch stream fell behind the hub; catching up from history");
                     self.resync().await
@@ -226,10 +249,14 @@ impl WatchStream {
         self.state.header_fields().header(revision)
     }
 
-    async fn send(&mut self, response: pb::WatchResponse) -> Result<(), Gone> {
+    fn note_reported(&mut self, response: &pb::WatchResponse) {
         if let Some(header) = &response.header {
             self.reported = self.reported.max(header.revision);
         }
+    }
+
+    async fn send(&mut self, response: pb::WatchResponse) -> Result<(), Gone> {
+        self.note_reported(&response);
         self.out.send(Ok(response)).await.map_err(|_| Gone)
     }
 
@@ -241,6 +268,10 @@ impl WatchStream {
                 // etcd answers only the cancel of a watcher that exists.
                 if self.watchers.remove(&cancel.watch_id).is_none() {
                     return Ok(());
+                }
+                // Its gathered events go too: a later watcher may reuse the id.
+                if self.pending.remove(&cancel.watch_id).is_some() {
+                    self.pending_order.retain(|id| *id != cancel.watch_id);
                 }
                 let response = pb::WatchResponse {
                     header: self.header(self.state.store.current_revision()),
@@ -327,7 +358,126 @@ impl WatchStream {
         Ok(())
     }
 
-    /// One applied batch, to every watcher it concerns.
+    /// The hub's message `published` and those already waiting behind it,
+    /// gathered per watcher, then queued for the client as far as its
+    /// queue has room (the rest wait in `pending`).
+    async fn deliver_ready(
+        &mut self,
+        published: Arc<Published>,
+        hub: &mut broadcast::Receiver<Arc<Published>>,
+    ) -> Result<(), Gone> {
+        self.deliver(&published).await?;
+        let mut lagged = None;
+        while self.gathered < WATCH_MERGE_BATCHES {
+            match hub.try_recv() {
+                Ok(published) => self.deliver(&published).await?,
+                Err(broadcast::error::TryRecvError::Lagged(missed)) => {
+                    lagged = Some(missed);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        self.flush_pending()?;
+        if let Some(missed) = lagged {
+            tracing::info!(missed, "a watch stream fell behind the hub; catching up from history");
+            self.resync().await?;
+        }
+        Ok(())
+    }
+
+    fn gather(&mut self, id: i64, revision: i64, events: Vec<mvccpb::Event>) {
+        if !self.pending.contains_key(&id) {
+            self.pending_order.push_back(id);
+        }
+        let (header_revision, gathered) = self.pending.entry(id).or_default();
+        *header_revision = revision;
+        gathered.extend(events);
+    }
+
+    /// The oldest gathered response, if its watcher still exists.
+    fn take_oldest_pending(&mut self) -> Option<(i64, i64, Vec<mvccpb::Event>)> {
+        while let Some(id) = self.pending_order.pop_front() {
+            let (revision, events) = self.pending.remove(&id).expect("pending_order follows pending");
+            if self.watchers.contains_key(&id) {
+                return Some((id, revision, events));
+            }
+        }
+        self.gathered = 0;
+        None
+    }
+
+    fn events_response(&self, id: i64, revision: i64, events: Vec<mvccpb::Event>) -> pb::WatchResponse {
+        pb::WatchResponse {
+            header: self.header(revision),
+            watch_id: id,
+            events,
+            ..Default::default()
+        }
+    }
+
+    /// Queues gathered responses, oldest first, while the client's queue
+    /// has room; stops at the first that does not fit.
+    fn flush_pending(&mut self) -> Result<(), Gone> {
+        let out = self.out.clone();
+        while let Some(&id) = self.pending_order.front() {
+            if !self.watchers.contains_key(&id) {
+                self.pending_order.pop_front();
+                self.pending.remove(&id);
+                continue;
+            }
+            if self.watchers[&id].fragment && self.may_need_fragments(&self.pending[&id].1) {
+                // Fragments need several slots: left to the path that
+                // waits for room.
+                break;
+            }
+            let permit = match out.try_reserve() {
+                Ok(permit) => permit,
+                Err(mpsc::error::TrySendError::Full(())) => break,
+                Err(mpsc::error::TrySendError::Closed(())) => return Err(Gone),
+            };
+            let (id, revision, events) = self.take_oldest_pending().expect("the front exists");
+            let response = self.events_response(id, revision, events);
+            self.note_reported(&response);
+            permit.send(Ok(response));
+        }
+        if self.pending.is_empty() {
+            self.gathered = 0;
+        }
+        Ok(())
+    }
+
+    /// Sends the oldest gathered response through `permit`, then queues
+    /// what else fits.
+    async fn send_oldest_pending(
+        &mut self,
+        permit: mpsc::Permit<'_, Result<pb::WatchResponse, Status>>,
+    ) -> Result<(), Gone> {
+        let Some((id, revision, events)) = self.take_oldest_pending() else {
+            return Ok(());
+        };
+        if self.watchers[&id].fragment {
+            drop(permit);
+            self.send_events(id, revision, events).await?;
+        } else {
+            let response = self.events_response(id, revision, events);
+            self.note_reported(&response);
+            permit.send(Ok(response));
+        }
+        self.flush_pending()
+    }
+
+    /// Sends everything gathered, waiting for room as needed.
+    async fn drain_pending(&mut self) -> Result<(), Gone> {
+        while let Some((id, revision, events)) = self.take_oldest_pending() {
+            self.send_events(id, revision, events).await?;
+        }
+        Ok(())
+    }
+
+    /// One applied batch: its events are gathered per watcher, to be sent
+    /// by [`Self::flush_pending`]; a watcher that must read history first
+    /// is sent what was gathered for it, then its history.
     async fn deliver(&mut self, published: &Published) -> Result<(), Gone> {
         let (first, last, events) = match published {
             Published::Changes { first, last, events } => (*first, *last, events),
@@ -345,6 +495,10 @@ impl WatchStream {
                 // It missed revisions before this batch (it started in
                 // the past, or the stream lagged), or the batch was too
                 // large to carry: history has them all.
+                if let Some((revision, gathered)) = self.pending.remove(&id) {
+                    self.pending_order.retain(|pending| *pending != id);
+                    self.send_events(id, revision, gathered).await?;
+                }
                 self.catch_up(id, last).await?;
                 continue;
             };
@@ -366,8 +520,11 @@ impl WatchStream {
                 }
             }
             if !out.is_empty() {
-                self.send_events(id, last, out).await?;
+                self.gather(id, last, out);
             }
+        }
+        if !self.pending.is_empty() {
+            self.gathered += 1;
         }
         Ok(())
     }
@@ -376,6 +533,7 @@ impl WatchStream {
     /// replaced by a snapshot: every watcher reads what it missed from
     /// history, up to the store's revision now.
     async fn resync(&mut self) -> Result<(), Gone> {
+        self.drain_pending().await?;
         let current = self.state.store.current_revision();
         let ids: Vec<i64> = self.watchers.keys().copied().collect();
         for id in ids {
@@ -446,7 +604,7 @@ impl WatchStream {
             events,
             ..Default::default()
         };
-        let limit = self.state.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+        let limit = self.fragment_limit();
         if !fragment {
             return self.send(whole).await;
         }
@@ -454,6 +612,18 @@ impl WatchStream {
             self.send(piece).await?;
         }
         Ok(())
+    }
+
+    fn fragment_limit(&self) -> usize {
+        self.state.config.max_request_bytes + GRPC_OVERHEAD_BYTES
+    }
+
+    /// Whether a response with `events` could reach the fragment limit:
+    /// the events' bytes, each one's tag and length (at most 6 bytes), and
+    /// a header (under 64 bytes).
+    fn may_need_fragments(&self, events: &[mvccpb::Event]) -> bool {
+        let bytes: usize = events.iter().map(|e| e.encoded_len() + 6).sum();
+        bytes + 64 >= self.fragment_limit()
     }
 
     /// The revision every watcher has been sent everything up to.
@@ -471,6 +641,9 @@ impl WatchStream {
         let Some(target) = self.progress_pending else {
             return Ok(());
         };
+        if !self.pending.is_empty() {
+            return Ok(());
+        }
         let synced = self.synced_revision().min(self.state.store.current_revision());
         if synced < target.max(self.reported) {
             return Ok(());
@@ -494,7 +667,7 @@ impl WatchStream {
         let due: Vec<(i64, i64)> = self
             .watchers
             .iter()
-            .filter(|(_, watcher)| watcher.progress_notify)
+            .filter(|(id, watcher)| watcher.progress_notify && !self.pending.contains_key(id))
             .map(|(id, watcher)| (*id, (watcher.next - 1).min(current)))
             .filter(|(_, revision)| *revision >= reported)
             .collect();
