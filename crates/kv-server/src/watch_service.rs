@@ -16,9 +16,15 @@
 //!   nothing pending.
 //!
 //! A watcher whose next revision is below the compact revision is cancelled
-//! with `compact_revision` set, as etcd does. A stream that fell behind the
-//! hub reads what it missed from the store's history, so nothing is lost
-//! and the apply stage never waits on a client.
+//! with `compact_revision` set, as etcd does.
+//!
+//! Slow clients: while a client's queue ([`WATCH_STREAM_QUEUE`]) is full,
+//! each watcher's new events are gathered and later sent as one response,
+//! as etcd batches the events of its "victim" watchers. After
+//! [`WATCH_MERGE_BATCHES`] applied batches gathered that way the stream
+//! stops reading the hub; once the hub has moved on without it, it reads
+//! what it missed from the store's history. So nothing is lost, memory
+//! stays bounded, and the apply stage never waits on a client.
 //!
 //! A watch stream is served by the member it reaches, from its own applied
 //! state, leader or not. With the `hasleader` metadata that etcd's clients
