@@ -44,6 +44,7 @@ pub fn run(state: Arc<MemberState>, inputs: Receiver<ApplyInput>) {
     state
         .applied_index
         .store(state.store.consistent_index(), Ordering::Release);
+    state.applied.notify_waiters();
     for input in inputs {
         match input {
             ApplyInput::Entries(entries) => apply_entries(&state, entries),
@@ -158,6 +159,7 @@ fn apply_entries(state: &MemberState, entries: Vec<Entry>) {
         }
     }
     state.applied_index.store(last_index, Ordering::Release);
+    state.applied.notify_waiters();
 }
 
 /// Installs a leader's snapshot: the store takes the pending file's
@@ -190,6 +192,7 @@ fn restore(state: &MemberState, index: u64, term: u64, path: &std::path::Path) {
     state.watch_hub.publish(Published::Restored);
     let applied = state.store.consistent_index();
     state.applied_index.store(applied, Ordering::Release);
+    state.applied.notify_waiters();
     tracing::info!(index, term, applied, "installed a snapshot from the leader");
 }
 

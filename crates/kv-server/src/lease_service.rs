@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -50,9 +50,6 @@ pub const KEEP_ALIVE_QUEUE: usize = 16;
 /// what was committed when it arrived (so a lease granted just before is
 /// known): etcd's one-second apply timeout for the same wait.
 pub const WAIT_APPLIED_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Pause between looks at the applied index during that wait.
-const WAIT_APPLIED_POLL: Duration = Duration::from_millis(1);
 
 /// Lease ids as etcd makes them: the member id's low 16 bits, then the
 /// start time in milliseconds (40 bits) and a counter (8 bits) that
@@ -158,14 +155,20 @@ impl LeaseService {
     async fn wait_applied(&self) -> Result<(), Status> {
         let state = &self.kv.state;
         let committed = state.committed_index.load(Ordering::Acquire);
-        let deadline = Instant::now() + WAIT_APPLIED_TIMEOUT;
-        while state.applied_index.load(Ordering::Acquire) < committed {
-            if Instant::now() > deadline {
+        let deadline = tokio::time::Instant::now() + WAIT_APPLIED_TIMEOUT;
+        loop {
+            // Registered before the check, so an apply between the check
+            // and the wait still wakes it.
+            let applied = state.applied.notified();
+            tokio::pin!(applied);
+            applied.as_mut().enable();
+            if state.applied_index.load(Ordering::Acquire) >= committed {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, applied).await.is_err() {
                 return Err(errors::timed_out());
             }
-            tokio::time::sleep(WAIT_APPLIED_POLL).await;
         }
-        Ok(())
     }
 
     /// The leader's keep-alive: the lease's TTL from now, or 0 if it does

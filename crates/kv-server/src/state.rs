@@ -36,6 +36,8 @@ pub struct MemberState {
     /// quota check reads this instead of asking sled per write).
     pub disk_bytes: AtomicU64,
     pub applied_index: AtomicU64,
+    /// Woken each time the apply stage moves `applied_index`.
+    pub applied: tokio::sync::Notify,
     /// Clients waiting for their proposal to apply, by sequence number.
     pub waiters: Mutex<HashMap<u64, oneshot::Sender<ProposalResult>>>,
     next_sequence: AtomicU64,
@@ -71,6 +73,7 @@ impl MemberState {
             committed_index: AtomicU64::new(0),
             disk_bytes: AtomicU64::new(0),
             applied_index: AtomicU64::new(0),
+            applied: tokio::sync::Notify::new(),
             waiters: Mutex::new(HashMap::new()),
             next_sequence: AtomicU64::new(start),
             client_urls: Mutex::new(client_urls),
