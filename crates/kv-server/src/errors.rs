@@ -31,3 +31,15 @@ pub fn stopped() -> Status {
 pub fn no_space() -> Status {
     Status::resource_exhausted("etcdserver: mvcc: database space exceeded")
 }
+
+pub fn not_leader() -> Status {
+    Status::failed_precondition("etcdserver: not leader")
+}
+
+pub fn bad_leader_transferee() -> Status {
+    Status::failed_precondition("etcdserver: bad leader transferee")
+}
+
+pub fn leader_transfer_timed_out() -> Status {
+    Status::unavailable("etcdserver: request timed out, leader transfer took too long")
+}

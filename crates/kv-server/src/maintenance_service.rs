@@ -1,14 +1,18 @@
-//! etcd's `Maintenance` service: Status and HashKV, and an Alarm that
-//! reports no alarms. The rest answer Unimplemented until they exist.
+//! etcd's `Maintenance` service: Status, HashKV, MoveLeader, and an Alarm
+//! that reports no alarms. The rest answer Unimplemented until they exist.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::convert;
+use crate::errors;
+use crate::kv_service::REQUEST_TIMEOUT;
+use crate::node::NodeInput;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
 use crate::state::MemberState;
@@ -22,6 +26,7 @@ pub const ETCD_CLUSTER_VERSION: &str = "3.5.0";
 
 pub struct MaintenanceService {
     pub state: Arc<MemberState>,
+    pub node: SyncSender<NodeInput>,
 }
 
 fn unimplemented(what: &str) -> Status {
@@ -83,8 +88,36 @@ impl Maintenance for MaintenanceService {
         Err(unimplemented("Snapshot"))
     }
 
-    async fn move_leader(&self, _: Request<pb::MoveLeaderRequest>) -> Result<Response<pb::MoveLeaderResponse>, Status> {
-        Err(unimplemented("MoveLeader"))
+    /// As etcd: only the leader takes it; the target must be a member;
+    /// the answer comes once this member sees the target lead, looked for
+    /// every raft tick, or "took too long" after [`REQUEST_TIMEOUT`].
+    async fn move_leader(
+        &self,
+        request: Request<pb::MoveLeaderRequest>,
+    ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+        let target = request.into_inner().target_id;
+        let state = &self.state;
+        if state.leader() != state.member_id() {
+            return Err(errors::not_leader());
+        }
+        if !state.membership.voter_ids().contains(&target) {
+            return Err(errors::bad_leader_transferee());
+        }
+        self.node
+            .try_send(NodeInput::TransferLeader(target))
+            .map_err(|error| match error {
+                TrySendError::Full(_) => errors::too_many_requests(),
+                TrySendError::Disconnected(_) => errors::stopped(),
+            })?;
+        let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+        while state.leader() != target {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(errors::leader_transfer_timed_out());
+            }
+            tokio::time::sleep(state.config.tick_interval()).await;
+        }
+        // etcd answers with an empty response, no header.
+        Ok(Response::new(pb::MoveLeaderResponse::default()))
     }
 
     async fn downgrade(&self, _: Request<pb::DowngradeRequest>) -> Result<Response<pb::DowngradeResponse>, Status> {

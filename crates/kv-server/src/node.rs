@@ -35,6 +35,8 @@ pub enum NodeInput {
     Unreachable(u64),
     /// How sending a snapshot to a peer ended.
     SnapshotStatus { to: u64, failed: bool },
+    /// Hand leadership to this member (Maintenance.MoveLeader).
+    TransferLeader(u64),
 }
 
 /// Capacity of the loop's input queue. 8192 covers a thousand clients with
@@ -176,6 +178,7 @@ impl Node {
                 }
             }
             NodeInput::Unreachable(peer) => self.raw.report_unreachable(peer),
+            NodeInput::TransferLeader(to) => self.raw.transfer_leader(to),
             NodeInput::SnapshotStatus { to, failed } => {
                 let status = if failed {
                     SnapshotStatus::Failure

@@ -140,7 +140,11 @@ async fn serve(
             ClusterServer::new(ClusterService { state: state.clone() }).max_decoding_message_size(max_decoding),
         )
         .add_service(
-            MaintenanceServer::new(MaintenanceService { state: state.clone() }).max_decoding_message_size(max_decoding),
+            MaintenanceServer::new(MaintenanceService {
+                state: state.clone(),
+                node: node.clone(),
+            })
+            .max_decoding_message_size(max_decoding),
         )
         .add_service(health_service)
         .into_axum_router()
