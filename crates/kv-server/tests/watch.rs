@@ -427,13 +427,17 @@ async fn exercise(binary: &Path, base: u16) {
 const UNREAD_PUTS: usize = 3000;
 /// Bytes of each value those puts write.
 const UNREAD_VALUE_BYTES: usize = 4096;
+/// A value above the 256 KiB of events the hub carries per batch, below
+/// the 1.5 MiB request limit.
+const LARGE_VALUE_BYTES: usize = 300 * 1024;
 /// How long reading all of them back may take.
 const READ_BACK_WITHIN: Duration = Duration::from_secs(60);
 
 /// A watcher that stops reading while thousands of changes are made loses
 /// none of them: once it reads again it gets every revision, once, in
 /// order (this project's stream catches up from history once it has
-/// fallen behind the hub).
+/// fallen behind the hub). Then a value too large for the hub to carry
+/// arrives whole (read from history too), and a small one after it.
 ///
 /// `lag_logged`: a line the member's log must then hold, to show the test
 /// exercised the catch-up.
@@ -489,6 +493,27 @@ async fn slow_reader(binary: &Path, base: u16, lag_logged: Option<&str>) {
     assert_eq!(read_back.len(), expected.len());
     let first_difference = read_back.iter().zip(&expected).position(|(got, want)| got != want);
     assert_eq!(first_difference, None, "events differ from the puts");
+
+    // A value larger than the hub carries (256 KiB; this project's streams
+    // then read the batch from history) arrives whole, then a small one.
+    let big = vec![b'b'; LARGE_VALUE_BYTES];
+    let big_revision = put(&mut kv, "s/large", &big).await;
+    let small_revision = put(&mut kv, "s/small", b"v").await;
+    let mut after = Vec::new();
+    while after.len() < 2 {
+        let response = w.next().await;
+        after.extend(response.events.into_iter().map(|event| {
+            let kv = event.kv.expect("kv");
+            (kv.key, kv.value.len(), kv.mod_revision)
+        }));
+    }
+    assert_eq!(
+        after,
+        vec![
+            (b"s/large".to_vec(), LARGE_VALUE_BYTES, big_revision),
+            (b"s/small".to_vec(), 1, small_revision),
+        ]
+    );
     if let Some(line) = lag_logged {
         let follower = &cluster.members[(leader + 1) % 3].name;
         let log = std::fs::read_to_string(cluster.dir.join(format!("{follower}.log"))).expect("member log");
