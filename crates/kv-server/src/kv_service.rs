@@ -38,7 +38,8 @@ pub struct KvService {
     pub node: SyncSender<NodeInput>,
 }
 
-fn queue_error<T>(error: TrySendError<T>) -> Status {
+/// A refused send to the raft loop's queue, as the client sees it.
+pub fn queue_error<T>(error: TrySendError<T>) -> Status {
     match error {
         TrySendError::Full(_) => errors::too_many_requests(),
         TrySendError::Disconnected(_) => errors::stopped(),

@@ -3,7 +3,7 @@
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use tokio_stream::Stream;
@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 
 use crate::convert;
 use crate::errors;
-use crate::kv_service::REQUEST_TIMEOUT;
+use crate::kv_service::{queue_error, REQUEST_TIMEOUT};
 use crate::node::NodeInput;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
@@ -105,10 +105,7 @@ impl Maintenance for MaintenanceService {
         }
         self.node
             .try_send(NodeInput::TransferLeader(target))
-            .map_err(|error| match error {
-                TrySendError::Full(_) => errors::too_many_requests(),
-                TrySendError::Disconnected(_) => errors::stopped(),
-            })?;
+            .map_err(queue_error)?;
         let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
         while state.leader() != target {
             if tokio::time::Instant::now() >= deadline {

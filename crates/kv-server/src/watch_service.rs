@@ -52,8 +52,8 @@ use crate::state::MemberState;
 use crate::watch_hub::Published;
 
 /// Responses queued for one stream's client. etcd buffers 128 per stream;
-/// when the client reads slower than that, the stream task waits, the hub
-/// moves on without it, and the stream later catches up from history.
+/// while this queue is full, the stream gathers each watcher's new events
+/// into one response (see [`WATCH_MERGE_BATCHES`]).
 pub const WATCH_STREAM_QUEUE: usize = 128;
 
 /// Watchers one stream may hold. A Kubernetes API server opens about one
@@ -61,9 +61,10 @@ pub const WATCH_STREAM_QUEUE: usize = 128;
 /// room while bounding what one client can make every applied batch cost.
 pub const WATCHERS_PER_STREAM_MAX: usize = 10_000;
 
-/// Hub messages delivered together, one response per watcher: bounds the
-/// events one response gathers to what 64 applied batches made (the same
-/// order as etcd's batches for watchers that fell behind).
+/// Applied batches whose events a stream may gather per watcher while its
+/// client's queue is full: bounds one response to what 64 batches made
+/// (the same order as etcd's batches for watchers that fell behind). Past
+/// it the stream stops reading the hub and later catches up from history.
 pub const WATCH_MERGE_BATCHES: usize = 64;
 
 /// Revisions read from history per response while a watcher catches up:
@@ -222,10 +223,7 @@ impl WatchStream {
                 Wake::Request(Some(Err(_))) | Wake::ClientGone | Wake::Room(Err(_)) => Err(Gone),
                 Wake::Room(Ok(permit)) => self.send_oldest_pending(permit).await,
                 Wake::Hub(Ok(published)) => self.deliver_ready(published, &mut hub).await,
-                Wake::Hub(Err(broadcast::error::RecvError::Lagged(missed))) => {
-                    tracing::info!(missed, "a watch stream fell behind the hub; catching up from history");
-                    self.resync().await
-                }
+                Wake::Hub(Err(broadcast::error::RecvError::Lagged(missed))) => self.fell_behind(missed).await,
                 Wake::Hub(Err(broadcast::error::RecvError::Closed)) => Err(Gone),
                 Wake::ProgressTick => self.notify_progress().await,
                 Wake::LeaderCheck => {
@@ -386,10 +384,15 @@ impl WatchStream {
         }
         self.flush_pending()?;
         if let Some(missed) = lagged {
-            tracing::info!(missed, "a watch stream fell behind the hub; catching up from history");
-            self.resync().await?;
+            self.fell_behind(missed).await?;
         }
         Ok(())
+    }
+
+    /// The hub moved on past `missed` messages this stream had not read.
+    async fn fell_behind(&mut self, missed: u64) -> Result<(), Gone> {
+        tracing::info!(missed, "a watch stream fell behind the hub; catching up from history");
+        self.resync().await
     }
 
     fn gather(&mut self, id: i64, revision: i64, events: Vec<mvccpb::Event>) {
@@ -443,9 +446,7 @@ impl WatchStream {
                 Err(mpsc::error::TrySendError::Closed(())) => return Err(Gone),
             };
             let (id, revision, events) = self.take_oldest_pending().expect("the front exists");
-            let response = self.events_response(id, revision, events);
-            self.note_reported(&response);
-            permit.send(Ok(response));
+            self.send_through(permit, id, revision, events);
         }
         if self.pending.is_empty() {
             self.gathered = 0;
@@ -466,11 +467,22 @@ impl WatchStream {
             drop(permit);
             self.send_events(id, revision, events).await?;
         } else {
-            let response = self.events_response(id, revision, events);
-            self.note_reported(&response);
-            permit.send(Ok(response));
+            self.send_through(permit, id, revision, events);
         }
         self.flush_pending()
+    }
+
+    /// Queues one response of events in a slot already reserved.
+    fn send_through(
+        &mut self,
+        permit: mpsc::Permit<'_, Result<pb::WatchResponse, Status>>,
+        id: i64,
+        revision: i64,
+        events: Vec<mvccpb::Event>,
+    ) {
+        let response = self.events_response(id, revision, events);
+        self.note_reported(&response);
+        permit.send(Ok(response));
     }
 
     /// Sends everything gathered, waiting for room as needed.
@@ -604,12 +616,7 @@ impl WatchStream {
     /// overhead allowance.
     async fn send_events(&mut self, id: i64, revision: i64, events: Vec<mvccpb::Event>) -> Result<(), Gone> {
         let fragment = self.watchers.get(&id).is_some_and(|w| w.fragment);
-        let whole = pb::WatchResponse {
-            header: self.header(revision),
-            watch_id: id,
-            events,
-            ..Default::default()
-        };
+        let whole = self.events_response(id, revision, events);
         let limit = self.fragment_limit();
         if !fragment {
             return self.send(whole).await;
