@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 total=${1:-100000}
 if [ -z "${ETCD_BIN:-}" ] || [ -z "${ETCD_BENCHMARK_BIN:-}" ]; then
-    peers=$(bash ../shared/peers/build.sh | tail -n 1)
+    peers=$(scripts/etcd-peers.sh)
     ETCD_BIN=${ETCD_BIN:-$peers/etcd}
     ETCD_BENCHMARK_BIN=${ETCD_BENCHMARK_BIN:-$peers/etcd-benchmark}
 fi

@@ -36,7 +36,7 @@ total=${1:-20000}
 rounds=${2:-3}
 server_cpu=${3:-1}
 if [ -z "${ETCD_BIN:-}" ] || [ -z "${ETCD_BENCHMARK_BIN:-}" ]; then
-    peers=$(bash ../shared/peers/build.sh | tail -n 1)
+    peers=$(scripts/etcd-peers.sh)
     ETCD_BIN=${ETCD_BIN:-$peers/etcd}
     ETCD_BENCHMARK_BIN=${ETCD_BENCHMARK_BIN:-$peers/etcd-benchmark}
 fi
