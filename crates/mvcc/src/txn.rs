@@ -11,9 +11,11 @@
 //! store panics rather than keep half a txn.
 
 use crate::error::{Error, Result};
+use crate::index::RangeEnd;
 use crate::kv::{ReadView, WriteTxn};
 use crate::request::{
-    Compare, CompareResult, CompareTarget, RangeRequest, RequestOp, ResponseOp, TxnRequest, TxnResponse,
+    Compare, CompareResult, CompareTarget, DeleteRangeRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest,
+    TxnResponse,
 };
 
 /// Whether every compare holds in `view`. A compare over a range holds when
@@ -66,7 +68,7 @@ fn holds(compare: &Compare, kv: &crate::KeyValue) -> bool {
 pub fn plan(view: &impl ReadView, request: &TxnRequest) -> Result<Vec<bool>> {
     let mut path = Vec::new();
     compare_to_path(view, request, &mut path)?;
-    check_puts(view, request, &path, &mut 0)?;
+    check_puts(view, request, &path, &mut 0, &mut Vec::new())?;
     check_ranges(view, request, &path, &mut 0)?;
     Ok(path)
 }
@@ -100,7 +102,21 @@ fn check_lease(view: &impl ReadView, lease: i64) -> Result<()> {
 
 /// A put with `ignore_value` or `ignore_lease` needs its key in the view,
 /// then every put needs its lease to exist (etcd checks in that order).
-fn check_puts(view: &impl ReadView, request: &TxnRequest, path: &[bool], at: &mut usize) -> Result<()> {
+///
+/// One case etcd does not check: such a put of a key that a delete earlier
+/// in the same txn removed. The duplicate-key rule lets it through only
+/// when the delete's range end is `[0]` (see `validate`), and etcd 3.5
+/// then panics while applying. Here the walk follows execution order and
+/// remembers what was deleted, and the txn is refused with "key not
+/// found" (the put's key does not exist when it runs), before anything is
+/// written.
+fn check_puts<'r>(
+    view: &impl ReadView,
+    request: &'r TxnRequest,
+    path: &[bool],
+    at: &mut usize,
+    deleted: &mut Vec<&'r DeleteRangeRequest>,
+) -> Result<()> {
     let succeeded = path[*at];
     *at += 1;
     for op in branch(request, succeeded) {
@@ -111,13 +127,17 @@ fn check_puts(view: &impl ReadView, request: &TxnRequest, path: &[bool], at: &mu
                     count_only: true,
                     ..RangeRequest::default()
                 })?;
-                if existing.count == 0 {
+                let removed = deleted
+                    .iter()
+                    .any(|delete| RangeEnd::parse(&delete.range_end).contains(&delete.key, &put.key));
+                if existing.count == 0 || removed {
                     return Err(Error::KeyNotFound);
                 }
                 check_lease(view, put.lease)?;
             }
             RequestOp::Put(put) => check_lease(view, put.lease)?,
-            RequestOp::Txn(nested) => check_puts(view, nested, path, at)?,
+            RequestOp::DeleteRange(delete) => deleted.push(delete),
+            RequestOp::Txn(nested) => check_puts(view, nested, path, at, deleted)?,
             _ => {}
         }
     }

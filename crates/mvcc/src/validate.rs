@@ -4,8 +4,9 @@
 //! runs them again when applying, so a request that slips past the server
 //! is refused without side effects rather than half applied.
 
+use std::collections::BTreeSet;
+
 use crate::error::{Error, Result};
-use crate::index::RangeEnd;
 use crate::request::{
     Compare, DeleteRangeRequest, LeaseGrantRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, WriteRequest,
 };
@@ -105,14 +106,18 @@ fn check_compare(compare: &Compare) -> Result<()> {
     Ok(())
 }
 
-/// A deleted span: `[key, end)`, the key alone when `end` is empty, or
-/// every key from `key` on when `end` is `[0]`.
+/// A deleted span as etcd's duplicate-key check sees it: the key alone
+/// when `end` is empty, otherwise `[key, end)` compared byte by byte.
 ///
-/// Deliberate difference from etcd 3.5: its check compares a `[0]` end
-/// literally, so it spans nothing, and a txn that deletes from a key on
-/// and then puts a key in that span with `ignore_value` or `ignore_lease`
-/// passes the check and makes etcd panic while applying. Here the span is
-/// what the delete really covers, and such a txn is refused as a duplicate.
+/// etcd builds these as plain string intervals, so an `end` of `[0]`
+/// ("every key from `key` on", what clients send for `WithFromKey`)
+/// spans nothing here: `"\0"` sorts below every non-empty key. A txn
+/// that deletes from a key on and puts a key in that span passes the
+/// check, as in etcd, and runs in order (the put starts a new
+/// generation). The one such txn that cannot run, a put with
+/// `ignore_value` or `ignore_lease` of a key the same txn deleted, makes
+/// etcd 3.5 panic while applying; here `txn::plan` refuses it with "key
+/// not found" before anything is written.
 struct Span<'a> {
     key: &'a [u8],
     end: &'a [u8],
@@ -120,16 +125,26 @@ struct Span<'a> {
 
 impl Span<'_> {
     fn contains(&self, candidate: &[u8]) -> bool {
-        RangeEnd::parse(self.end).contains(self.key, candidate)
+        if self.end.is_empty() {
+            candidate == self.key
+        } else {
+            self.key <= candidate && candidate < self.end
+        }
     }
 }
 
-/// The duplicate-key rule for one list of operations: no key is put twice,
-/// and no key is both put and inside a deleted span, counting nested txns.
-/// A nested txn's success and failure branches exclude each other, so one
-/// key put in both is fine. Returns the keys put and spans deleted, for
-/// the level above.
-fn puts_and_deletes(ops: &[RequestOp]) -> Result<(Vec<&[u8]>, Vec<Span<'_>>)> {
+/// The duplicate-key rule for one list of operations, as etcd's
+/// `checkIntervals`: no key is put twice, and no key is both put and
+/// inside a deleted span, counting nested txns. The keys a level puts are
+/// a set: a nested txn's success and failure branches exclude each other,
+/// so one key put in both is put once as far as the levels above care.
+///
+/// The order of the checks is etcd's, and it matters: this level's
+/// deletes are gathered first; each nested txn's puts are checked against
+/// them and against the deletes of the nested txns before it (not after
+/// it); this level's own puts are checked last, against everything.
+/// Returns the keys put and spans deleted, for the level above.
+fn puts_and_deletes(ops: &[RequestOp]) -> Result<(BTreeSet<&[u8]>, Vec<Span<'_>>)> {
     let mut deletes: Vec<Span<'_>> = ops
         .iter()
         .filter_map(|op| match op {
@@ -140,24 +155,24 @@ fn puts_and_deletes(ops: &[RequestOp]) -> Result<(Vec<&[u8]>, Vec<Span<'_>>)> {
             _ => None,
         })
         .collect();
-    let mut puts: Vec<&[u8]> = Vec::new();
+    let mut puts: BTreeSet<&[u8]> = BTreeSet::new();
     let deleted = |deletes: &[Span<'_>], key: &[u8]| deletes.iter().any(|span| span.contains(key));
 
     for op in ops {
         let RequestOp::Txn(txn) = op else { continue };
         let (puts_success, deletes_success) = puts_and_deletes(&txn.success)?;
         let (puts_failure, deletes_failure) = puts_and_deletes(&txn.failure)?;
-        for key in &puts_success {
+        for &key in &puts_success {
             if puts.contains(key) || deleted(&deletes, key) {
                 return Err(Error::DuplicateKey);
             }
-            puts.push(key);
+            puts.insert(key);
         }
-        for key in &puts_failure {
+        for &key in &puts_failure {
             if (puts.contains(key) && !puts_success.contains(key)) || deleted(&deletes, key) {
                 return Err(Error::DuplicateKey);
             }
-            puts.push(key);
+            puts.insert(key);
         }
         deletes.extend(deletes_success);
         deletes.extend(deletes_failure);
@@ -165,10 +180,9 @@ fn puts_and_deletes(ops: &[RequestOp]) -> Result<(Vec<&[u8]>, Vec<Span<'_>>)> {
 
     for op in ops {
         let RequestOp::Put(put) = op else { continue };
-        if puts.contains(&put.key.as_slice()) || deleted(&deletes, &put.key) {
+        if !puts.insert(&put.key) || deleted(&deletes, &put.key) {
             return Err(Error::DuplicateKey);
         }
-        puts.push(&put.key);
     }
     Ok((puts, deletes))
 }
@@ -191,6 +205,10 @@ mod tests {
             range_end: end.into(),
             prev_kv: false,
         })
+    }
+
+    fn nested(request: TxnRequest) -> RequestOp {
+        RequestOp::Txn(request)
     }
 
     fn txn(success: Vec<RequestOp>, failure: Vec<RequestOp>) -> TxnRequest {
@@ -257,6 +275,62 @@ mod tests {
                     vec![],
                 ),
                 false,
+            ),
+            (
+                "a key put in both branches, two levels down (etcd's leasing KV)",
+                txn(
+                    vec![nested(txn(vec![nested(txn(vec![put("k")], vec![put("k")]))], vec![]))],
+                    vec![],
+                ),
+                true,
+            ),
+            (
+                "a key put in both branches, and again beside that txn",
+                txn(vec![nested(txn(vec![put("k")], vec![put("k")])), put("k")], vec![]),
+                false,
+            ),
+            (
+                "two sibling txns each putting a key in both branches",
+                txn(
+                    vec![
+                        nested(txn(vec![put("k")], vec![put("k")])),
+                        nested(txn(vec![put("k")], vec![put("k")])),
+                    ],
+                    vec![],
+                ),
+                false,
+            ),
+            (
+                "a delete from a key on ([0]) spans nothing for the rule",
+                txn(vec![delete("a", "\0"), put("b")], vec![]),
+                true,
+            ),
+            (
+                "a nested put checked against an earlier sibling's delete",
+                txn(
+                    vec![
+                        nested(txn(vec![delete("a", "c")], vec![])),
+                        nested(txn(vec![put("b")], vec![])),
+                    ],
+                    vec![],
+                ),
+                false,
+            ),
+            (
+                "a nested put is not checked against a later sibling's delete",
+                txn(
+                    vec![
+                        nested(txn(vec![put("b")], vec![])),
+                        nested(txn(vec![delete("a", "c")], vec![])),
+                    ],
+                    vec![],
+                ),
+                true,
+            ),
+            (
+                "an inverted range deletes nothing",
+                txn(vec![delete("c", "a"), put("b")], vec![]),
+                true,
             ),
         ];
         for (name, request, ok) in cases {

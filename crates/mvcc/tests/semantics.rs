@@ -409,6 +409,57 @@ fn bad_input_changes_nothing() {
     assert_eq!(h.range(get("")).unwrap_err(), Error::EmptyKey);
 }
 
+// Goal: a txn that deletes "from a key on" (range end "\0") and then
+// puts a key in that span is accepted, as etcd accepts it, and runs in
+// order: the put starts a new generation. The same txn with a put that
+// keeps the deleted key's value is refused as "key not found" and changes
+// nothing (etcd 3.5 accepts it and panics while applying).
+#[test]
+fn delete_from_key_then_put_in_one_txn() {
+    let mut h = Harness::new();
+    h.ok(put("b", "old"));
+    let txn = |put: PutRequest| {
+        WriteRequest::Txn(TxnRequest {
+            compare: vec![],
+            success: vec![
+                RequestOp::DeleteRange(DeleteRangeRequest {
+                    key: b"a".to_vec(),
+                    range_end: vec![0],
+                    prev_kv: false,
+                }),
+                RequestOp::Put(put),
+            ],
+            failure: vec![],
+        })
+    };
+    let keep_value = txn(PutRequest {
+        key: b"b".to_vec(),
+        ignore_value: true,
+        ..PutRequest::default()
+    });
+    let refused = h.apply(keep_value);
+    assert_eq!(refused.response, Err(Error::KeyNotFound));
+    assert!(refused.events.is_empty());
+    assert_eq!(h.store.current_revision(), 2, "nothing was written");
+
+    let applied = h.apply(txn(PutRequest {
+        key: b"b".to_vec(),
+        value: b"new".to_vec(),
+        ..PutRequest::default()
+    }));
+    assert!(applied.response.is_ok(), "{:?}", applied.response);
+    let kinds: Vec<EventKind> = applied.events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [EventKind::Delete, EventKind::Put]);
+    let now = h.range(get("b")).unwrap();
+    assert_eq!(now.revision, 3);
+    assert_eq!(now.kvs[0].value, b"new");
+    assert_eq!(
+        (now.kvs[0].create_revision, now.kvs[0].version),
+        (3, 1),
+        "a new generation"
+    );
+}
+
 // Goal: everything, including compaction and the consistent index,
 // survives a reopen, and the hash is stable across it.
 #[test]
