@@ -70,15 +70,17 @@ impl Maintenance for MaintenanceService {
     }
 
     async fn hash_kv(&self, request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
-        let (hash, compact_revision, _) = self
+        // etcd's answer: the hash, the compact revision it was taken with,
+        // and the member's current revision in the header.
+        let (hash, current) = self
             .state
             .store
             .hash_kv(request.into_inner().revision)
             .map_err(|e| convert::status(&e))?;
         Ok(Response::new(pb::HashKvResponse {
-            header: self.state.header_fields().header(self.state.store.current_revision()),
-            hash,
-            compact_revision,
+            header: self.state.header_fields().header(current),
+            hash: hash.hash,
+            compact_revision: hash.compact_revision,
         }))
     }
 

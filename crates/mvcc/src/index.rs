@@ -3,7 +3,7 @@
 //! single keys and ranges, and drives compaction. It is rebuilt from the
 //! stored revisions when the store opens.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 
 use crate::key_index::{KeyIndex, Slot};
@@ -37,6 +37,15 @@ impl<'a> RangeEnd<'a> {
             RangeEnd::Before(end) => candidate >= key && candidate < end,
         }
     }
+}
+
+/// What [`TreeIndex::compact`] did.
+#[derive(Debug, Default)]
+pub struct Compacted {
+    /// Stored revisions to remove, each with whether it is a tombstone.
+    pub removable: Vec<(Revision, bool)>,
+    /// Revisions at or below the compact revision that stay.
+    pub kept: HashSet<Revision>,
 }
 
 /// Keys are boxed slices (16 bytes in the map entry plus one allocation).
@@ -103,13 +112,16 @@ impl TreeIndex {
 
     /// Compacts every history at `at`. Returns the stored revisions that no
     /// read at or after `at` needs any more (with whether each is a
-    /// tombstone), for the store to remove.
-    pub fn compact(&mut self, at: i64) -> Vec<(Revision, bool)> {
-        let mut removable = Vec::new();
+    /// tombstone), for the store to remove, and the revisions at or below
+    /// `at` it kept (etcd's "available" set, which HashKV's compaction
+    /// hash uses; see `hash.rs`).
+    pub fn compact(&mut self, at: i64) -> Compacted {
+        let mut compacted = Compacted::default();
         self.keys.retain(|_, history| {
             let before: Vec<Slot> = history.slots().take_while(|slot| slot.main() <= at).collect();
             let kept = history.compact(at);
-            removable.extend(
+            compacted.kept.extend(kept);
+            compacted.removable.extend(
                 before
                     .into_iter()
                     .filter(|slot| Some(slot.revision()) != kept)
@@ -118,7 +130,20 @@ impl TreeIndex {
             history.shrink_to_fit();
             !history.is_empty()
         });
-        removable
+        compacted
+    }
+
+    /// The revisions a compaction at `at` would keep from at or below
+    /// `at`, leaving out tombstones: etcd's `Keep`, which HashKV uses to
+    /// skip what compaction has (or would have) removed. Unlike
+    /// [`TreeIndex::compact`], a tombstone at exactly `at` is not in it.
+    pub fn keep(&self, at: i64) -> HashSet<Revision> {
+        self.keys
+            .values()
+            .filter_map(|history| history.kept_at(at))
+            .filter(|slot| !slot.is_tombstone())
+            .map(Slot::revision)
+            .collect()
     }
 
     /// Keys in the index, live or not.
@@ -182,17 +207,20 @@ mod tests {
         index.put(b"b", rev(4));
         index.tombstone(b"b", rev(5));
         index.put(b"a", rev(6));
-        let mut removable = index.compact(5);
+        assert_eq!(index.keep(5), [rev(3)].into(), "keep leaves the tombstone at 5 out");
+        let compacted = index.compact(5);
+        let mut removable = compacted.removable;
         removable.sort();
         assert_eq!(
             removable,
             [(rev(2), false), (rev(4), false)],
             "the tombstone at 5 stays"
         );
+        assert_eq!(compacted.kept, [rev(3), rev(5)].into());
         assert_eq!(index.len(), 2);
         assert_eq!(index.get(b"a", 5), Some(rev(3)));
         assert_eq!(index.get(b"a", 6), Some(rev(6)));
-        let mut removable = index.compact(6);
+        let mut removable = index.compact(6).removable;
         removable.sort();
         assert_eq!(removable, [(rev(3), false), (rev(5), true)]);
         assert_eq!(index.len(), 1);

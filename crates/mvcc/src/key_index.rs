@@ -125,14 +125,19 @@ impl KeyIndex {
     /// store keeps its value and removes every other one at or below `at`.
     pub fn compact(&mut self, at: i64) -> Option<Revision> {
         let position = self.history.partition_point(|slot| slot.main() <= at);
-        if position == 0 {
-            return None;
-        }
-        let last = self.history[position - 1];
-        let kept = !last.is_tombstone() || last.main() == at;
-        let keep_from = if kept { position - 1 } else { position };
+        let kept = self.kept_at(at);
+        let keep_from = if kept.is_some() { position - 1 } else { position };
         self.history.drain(..keep_from);
-        kept.then(|| last.revision())
+        kept.map(Slot::revision)
+    }
+
+    /// The revision [`KeyIndex::compact`] at `at` would keep from at or
+    /// below `at`, without compacting: the last one, unless it is a
+    /// tombstone below `at`.
+    pub fn kept_at(&self, at: i64) -> Option<Slot> {
+        let position = self.history.partition_point(|slot| slot.main() <= at);
+        let last = *self.history[..position].last()?;
+        (!last.is_tombstone() || last.main() == at).then_some(last)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -11,6 +11,7 @@
 //! - [`lease`]: leases' TTLs and the keys attached to each.
 //! - [`txn`]: compares and branch execution, against the traits only.
 //! - [`validate`]: etcd's request checks, including the duplicate-key rule.
+//! - [`hash`]: HashKV's hash, byte for byte as etcd computes it.
 //! - [`store`]: the sled implementation: open, apply, read, compact, hash.
 //! - [`error`]: errors with etcd's gRPC codes and messages.
 //!
@@ -35,7 +36,9 @@
 //! ```
 //!
 //! Scanning `'k'` visits revisions in order, which is how the in-memory
-//! index is rebuilt on open and how HashKV walks history.
+//! index is rebuilt on open and how HashKV walks history. The revisions
+//! stored are exactly those in the index's histories: compaction removes
+//! from storage what it drops from the index.
 //!
 //! # Durability
 //! The WAL, not this store, is the durable record. [`Store::apply`] applies
@@ -47,6 +50,7 @@
 //! and must run before the server releases WAL segments.
 
 pub mod error;
+pub mod hash;
 pub mod index;
 pub mod key_index;
 pub mod key_value;
@@ -60,6 +64,7 @@ pub mod txn;
 pub mod validate;
 
 pub use error::{Code, Error, Result};
+pub use hash::KeyValueHash;
 pub use key_value::{Event, EventKind, KeyValue};
 pub use kv::{ReadView, WriteTxn};
 pub use lease::{Lease, MAX_LEASE_TTL, NO_LEASE};

@@ -6,13 +6,14 @@
 //! reader. An apply batch holds it exclusively from its first change until
 //! its sled batch is applied and the new revision is published.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::RwLock;
 
 use crate::error::{Error, Result};
+use crate::hash::{Hasher, KeyValueHash, COMPACTION_HASHES_KEPT};
 use crate::index::{RangeEnd, TreeIndex};
 use crate::key_value::{Event, EventKind, KeyValue};
 use crate::kv::{ReadView, WriteTxn};
@@ -103,6 +104,9 @@ struct State {
     current_revision: i64,
     compact_revision: i64,
     consistent_index: u64,
+    /// The hashes the last compactions took, oldest first, at most
+    /// [`COMPACTION_HASHES_KEPT`]; in memory only, as in etcd.
+    compaction_hashes: VecDeque<KeyValueHash>,
 }
 
 /// A multi-version store on sled with etcd's revision semantics.
@@ -190,6 +194,18 @@ fn corrupt(what: &str) -> Error {
     Error::Storage(format!("corrupt store: {what}"))
 }
 
+/// The sled keys of every revision with main revision `1..=at`.
+fn revision_range(at: i64) -> std::ops::Range<Vec<u8>> {
+    revision_key(Revision::new(1, 0), false)..revision_key(Revision::new(at + 1, 0), false)
+}
+
+/// A stored revision: its revision, whether it is a tombstone, its value.
+fn decode_stored((key, value): &(sled::IVec, sled::IVec)) -> Result<(Revision, bool, KeyValue)> {
+    let (revision, tombstone) = Revision::from_bytes(&key[1..]).ok_or_else(|| corrupt("revision key"))?;
+    let kv = KeyValue::decode(value).ok_or_else(|| corrupt("stored value does not decode"))?;
+    Ok((revision, tombstone, kv))
+}
+
 fn load(db: &sled::Db, revision: Revision) -> Result<KeyValue> {
     // A revision the index names but storage lacks was compacted between
     // the index lookup and the load; readers hold the lock, so this means
@@ -233,6 +249,7 @@ impl Store {
                 current_revision,
                 compact_revision,
                 consistent_index,
+                compaction_hashes: VecDeque::new(),
             }),
             max_txn_ops,
             poisoned: AtomicBool::new(false),
@@ -428,6 +445,15 @@ impl Store {
         Applied { response, events }
     }
 
+    /// Compacts at the request's revision: the index drops what no read at
+    /// or after it needs, and the batch removes those revisions from
+    /// storage. Before removing anything it hashes what is stored at or
+    /// below the revision, as etcd does while it compacts, and remembers
+    /// that hash for HashKV (see `hash.rs`).
+    ///
+    /// Cost: the hash reads every stored revision at or below the compact
+    /// revision, under the write lock, so a compaction pauses applies and
+    /// reads for about as long as a HashKV of the whole store takes.
     fn compact(&self, state: &mut State, batch: &mut Batch, request: &CompactionRequest) -> Result<CompactionResponse> {
         if request.revision <= state.compact_revision {
             return Err(Error::Compacted);
@@ -435,31 +461,92 @@ impl Store {
         if request.revision > state.current_revision {
             return Err(Error::FutureRevision);
         }
-        for (revision, tombstone) in state.index.compact(request.revision) {
+        let compacted = state.index.compact(request.revision);
+        let hash = match self.compaction_hash(batch, state.compact_revision, request.revision, &compacted.kept) {
+            Ok(hash) => hash,
+            Err(error) => {
+                // The index has moved on without storage: refuse everything.
+                self.poisoned.store(true, Ordering::Release);
+                return Err(error);
+            }
+        };
+        for (revision, tombstone) in compacted.removable {
             batch.pending.remove(&revision);
+            batch.removed.insert(revision);
             batch.sled.remove(revision_key(revision, tombstone));
         }
         state.compact_revision = request.revision;
+        state.compaction_hashes.push_back(hash);
+        if state.compaction_hashes.len() > COMPACTION_HASHES_KEPT {
+            state.compaction_hashes.pop_front();
+        }
         Ok(CompactionResponse {
             revision: state.current_revision,
         })
     }
 
-    /// A hash of every stored key-value at or below `revision` (0 for the
-    /// current one), equal on members with the same history. Returns the
-    /// hash, the compact revision, and the revision hashed.
-    pub fn hash_kv(&self, revision: i64) -> Result<(u32, i64, i64)> {
+    /// The hash etcd takes while compacting at `at` (see `hash.rs`): every
+    /// revision stored at or below `at`, which is what sled holds, less
+    /// what an earlier compaction in this batch removed, then what this
+    /// batch wrote (all newer than anything in sled).
+    fn compaction_hash(
+        &self,
+        batch: &Batch,
+        previous_compact: i64,
+        at: i64,
+        kept: &HashSet<Revision>,
+    ) -> Result<KeyValueHash> {
+        let mut hasher = Hasher::new(previous_compact, at, kept);
+        for item in self.db.range(revision_range(at)) {
+            let (revision, tombstone, kv) = decode_stored(&item?)?;
+            if !batch.removed.contains(&revision) {
+                hasher.write(revision, tombstone, &kv);
+            }
+        }
+        let mut written: Vec<(&Revision, &(bool, KeyValue))> = batch
+            .pending
+            .iter()
+            .filter(|(revision, _)| revision.main <= at)
+            .collect();
+        written.sort_unstable_by_key(|(revision, _)| **revision);
+        for (revision, (tombstone, kv)) in written {
+            hasher.write(*revision, *tombstone, kv);
+        }
+        Ok(hasher.finish())
+    }
+
+    /// etcd's HashKV: a hash of the stored key-values at or below
+    /// `revision` (0 for the current one), equal to etcd's for the same
+    /// history (see `hash.rs`), with the current revision.
+    ///
+    /// As in etcd, a revision that a remembered compaction hash covers is
+    /// answered with that hash before anything else is checked; otherwise
+    /// a revision below the compact revision is compacted and one above
+    /// the current revision is a future one. A negative revision hashes
+    /// nothing, as in etcd.
+    pub fn hash_kv(&self, revision: i64) -> Result<(KeyValueHash, i64)> {
         self.check_usable()?;
         let state = self.state.read();
-        let at = range::read_revision(revision, state.current_revision, state.compact_revision)?;
-        let mut hash = 0;
-        let upper = revision_key(Revision::new(at + 1, 0), false);
-        for item in self.db.range(vec![KEY_SPACE]..upper) {
-            let (key, value) = item?;
-            hash = crc32c::crc32c_append(hash, &key);
-            hash = crc32c::crc32c_append(hash, &value);
+        let current = state.current_revision;
+        if let Some(remembered) = state.compaction_hashes.iter().find(|hash| hash.revision == revision) {
+            return Ok((*remembered, current));
         }
-        Ok((hash, state.compact_revision, at))
+        if revision > 0 && revision < state.compact_revision {
+            return Err(Error::Compacted);
+        }
+        if revision > current {
+            return Err(Error::FutureRevision);
+        }
+        let at = if revision == 0 { current } else { revision };
+        let keep = state.index.keep(at);
+        let mut hasher = Hasher::new(state.compact_revision, at, &keep);
+        if at > 0 {
+            for item in self.db.range(revision_range(at)) {
+                let (revision, tombstone, kv) = decode_stored(&item?)?;
+                hasher.write(revision, tombstone, &kv);
+            }
+        }
+        Ok((hasher.finish(), current))
     }
 
     /// Everything the store holds, for a raft snapshot, and the raft index
@@ -542,12 +629,14 @@ impl Store {
         self.apply_restore_batch(batch)?;
         self.flush()?;
         let (index, leases, current_revision, compact_revision) = rebuild(&self.db)?;
+        // Remembered compaction hashes describe the replaced history.
         *state = State {
             index,
             leases,
             current_revision,
             compact_revision,
             consistent_index,
+            compaction_hashes: VecDeque::new(),
         };
         Ok(())
     }
@@ -612,8 +701,12 @@ fn grant_lease(state: &mut State, batch: &mut Batch, request: &LeaseGrantRequest
 #[derive(Default)]
 struct Batch {
     sled: sled::Batch,
-    /// Values written in this batch, so later requests read them.
-    pending: HashMap<Revision, KeyValue>,
+    /// Values written in this batch, so later requests read them, with
+    /// whether each is a tombstone.
+    pending: HashMap<Revision, (bool, KeyValue)>,
+    /// Revisions a compaction in this batch removed, still in sled until
+    /// the batch is applied.
+    removed: HashSet<Revision>,
 }
 
 /// A write transaction over the store's state and the open apply batch.
@@ -647,7 +740,7 @@ impl StoreTxn<'_> {
 
     fn load(&self, revision: Revision) -> Result<KeyValue> {
         match self.batch.pending.get(&revision) {
-            Some(kv) => Ok(kv.clone()),
+            Some((_, kv)) => Ok(kv.clone()),
             None => load(self.db, revision),
         }
     }
@@ -668,7 +761,7 @@ impl StoreTxn<'_> {
 
     fn write(&mut self, revision: Revision, tombstone: bool, kv: KeyValue) {
         self.batch.sled.insert(revision_key(revision, tombstone), kv.encode());
-        self.batch.pending.insert(revision, kv.clone());
+        self.batch.pending.insert(revision, (tombstone, kv.clone()));
         let kind = if tombstone { EventKind::Delete } else { EventKind::Put };
         self.events.push(Event { kind, kv });
     }

@@ -474,14 +474,14 @@ fn reopen_keeps_state() {
             .apply(9, &[WriteRequest::Compaction(CompactionRequest { revision: 3 })])
             .unwrap();
         store.flush().unwrap();
-        let (hash, _, revision) = store.hash_kv(0).unwrap();
-        (hash, revision)
+        store.hash_kv(0).unwrap()
     };
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(store.consistent_index(), 9);
     assert_eq!(store.current_revision(), 5);
     assert_eq!(store.compact_revision(), 3);
-    assert_eq!(store.hash_kv(0).unwrap(), (hash, 3, revision));
+    assert_eq!((hash.compact_revision, hash.revision), (3, 5));
+    assert_eq!(store.hash_kv(0).unwrap(), (hash, revision));
     let a = store.range(&get("a")).unwrap().kvs.remove(0);
     assert_eq!((a.create_revision, a.version, a.value.as_slice()), (5, 1, &b"3"[..]));
 }
@@ -573,8 +573,8 @@ fn hash_kv_equal_for_equal_histories() {
     diverged.store.apply(1, &history).unwrap();
     diverged.store.apply(2, &[put("k0", "other")]).unwrap();
     assert_ne!(
-        diverged.store.hash_kv(0).unwrap().0,
-        one_by_one.store.hash_kv(0).unwrap().0
+        diverged.store.hash_kv(0).unwrap().0.hash,
+        one_by_one.store.hash_kv(0).unwrap().0.hash
     );
 }
 

@@ -119,7 +119,13 @@ impl Cluster {
     /// Starts three members with client ports `base`, `base + 10`,
     /// `base + 20` and peer ports one above each, and waits until healthy.
     pub fn start(binary: &Path, dir: &Path, base: u16, extra: &[&str]) -> Cluster {
-        let members = (0..3u16)
+        Cluster::start_members(binary, dir, base, 3, extra)
+    }
+
+    /// Starts `count` members, numbered and placed on ports as
+    /// [`Cluster::start`] does, and waits until healthy.
+    pub fn start_members(binary: &Path, dir: &Path, base: u16, count: u16, extra: &[&str]) -> Cluster {
+        let members = (0..count)
             .map(|i| Member {
                 name: format!("infra{}", i + 1),
                 env: Vec::new(),
@@ -134,10 +140,11 @@ impl Cluster {
             members,
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
-        for i in 0..3 {
+        let all: Vec<usize> = (0..usize::from(count)).collect();
+        for &i in &all {
             cluster.spawn(i);
         }
-        cluster.wait_healthy(&[0, 1, 2]);
+        cluster.wait_healthy(&all);
         cluster
     }
 
