@@ -12,6 +12,7 @@
 # anywhere. A function's length runs from its `fn` line to its closing
 # brace.
 #   scripts/shape.sh            (from anywhere in the repository)
+#   SHAPE_GRAPH=1 scripts/shape.sh   also prints every crate's module edges
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec python3 - "$@" <<'PYTHON'
@@ -94,7 +95,8 @@ def modules_of(src):
     modules = {}
     for root, _, files in os.walk(src):
         for name in files:
-            if not name.endswith(".rs"):
+            # A test module in a file of its own is test code.
+            if not name.endswith(".rs") or name == "tests.rs":
                 continue
             path = os.path.join(root, name)
             parts = os.path.relpath(path, src)[:-3].split(os.sep)
@@ -123,6 +125,12 @@ def edges_of(module, code, modules):
             path = path[:-1]
         if path != module:
             targets.add(path)
+    # `use child::x` (or `self::child::x`): a path from this module down.
+    for found in re.finditer(r"\buse\s+(?:self\s*::\s*)?(\w+)\s*::", code):
+        here = module if is_dir_module else module[:-1]
+        child = here + (found.group(1),)
+        if found.group(1) not in ("crate", "super", "self") and child in modules and child != module:
+            targets.add(child)
     # `use a::b` inside `use crate::{a::b, c}` groups.
     for found in re.finditer(r"\buse\s+crate\s*::\s*\{([^;]*)\}\s*;", code):
         for item in re.split(r",(?![^{]*\})", found.group(1)):
@@ -222,6 +230,9 @@ for crate in CRATES:
                 continue
             graph[module] = edges_of(module, code, modules) if src_name == "src" else set()
         name = lambda m: "crate" if m == () else "::".join(m)
+        if os.environ.get("SHAPE_GRAPH"):
+            for module in sorted(graph):
+                print(f"{crate}: {name(module)} -> {', '.join(sorted(name(t) for t in graph[module]))}")
         for component in cycles(graph):
             failed = True
             print(f"{crate}: import cycle among {len(component)} modules: {', '.join(name(m) for m in component)}")

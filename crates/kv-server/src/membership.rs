@@ -11,6 +11,7 @@
 use sha1::{Digest, Sha1};
 
 use crate::config::{self, Config};
+use crate::error::Error;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
@@ -41,12 +42,16 @@ pub fn member_id(peer_urls: &[String], token: &str) -> u64 {
 
 impl Membership {
     /// Reads `--initial-cluster` and finds this member by `--name`.
-    pub fn from_config(config: &Config) -> Result<Membership, String> {
+    pub fn from_config(config: &Config) -> Result<Membership, Error> {
+        let refused = |reason: String| Error::Flag {
+            flag: "initial-cluster",
+            reason,
+        };
         let mut by_name: Vec<(String, Vec<String>)> = Vec::new();
         for pair in config::urls(&config.initial_cluster) {
             let (name, url) = pair
                 .split_once('=')
-                .ok_or_else(|| format!("--initial-cluster: {pair:?} is not name=url"))?;
+                .ok_or_else(|| refused(format!("{pair:?} is not name=url")))?;
             match by_name.iter_mut().find(|(n, _)| n == name) {
                 Some((_, urls)) => urls.push(url.to_string()),
                 None => by_name.push((name.to_string(), vec![url.to_string()])),
@@ -63,7 +68,7 @@ impl Membership {
         let local = members
             .iter()
             .find(|m| m.name == config.name)
-            .ok_or_else(|| format!("--initial-cluster has no member named {:?}", config.name))?;
+            .ok_or_else(|| refused(format!("no member is named {:?}", config.name)))?;
         let mut ids: Vec<u64> = members.iter().map(|m| m.id).collect();
         ids.sort_unstable();
         let mut hasher = Sha1::new();

@@ -170,7 +170,7 @@ async fn catch_up(base: u16, stop_before_install: bool) {
         .and_then(|digits| digits.parse().ok())
         .unwrap_or_else(|| panic!("no snapshot size logged; log:\n{log}"));
     assert!(
-        received > kv_server::transport::PEER_MESSAGE_BYTES_MAX as u64,
+        received > kv_server::PEER_MESSAGE_BYTES_MAX as u64,
         "the snapshot ({received} bytes) should exceed one peer message"
     );
     assert_eq!(big_count(&endpoints[stopped]).await, BIG_WRITES_WHILE_DOWN as i64);

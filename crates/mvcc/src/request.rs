@@ -204,6 +204,6 @@ pub enum WriteResponse {
 /// One applied request: its answer, and the changes it made in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Applied {
-    pub response: Result<WriteResponse, crate::Error>,
+    pub response: Result<WriteResponse, crate::error::Error>,
     pub events: Vec<Event>,
 }

@@ -794,7 +794,7 @@ impl ReadView for StoreTxn<'_> {
 impl WriteTxn for StoreTxn<'_> {
     fn put(&mut self, request: &PutRequest) -> Result<PutResponse> {
         validate::check_put(request)?;
-        if request.lease != crate::NO_LEASE && !self.state.leases.contains(request.lease) {
+        if request.lease != crate::lease::NO_LEASE && !self.state.leases.contains(request.lease) {
             return Err(Error::LeaseNotFound);
         }
         let previous = self.live(&request.key)?;

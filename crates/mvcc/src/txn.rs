@@ -45,7 +45,7 @@ fn compare_holds(view: &impl ReadView, compare: &Compare) -> Result<bool> {
     Ok(found.kvs.iter().all(|kv| holds(compare, kv)))
 }
 
-fn holds(compare: &Compare, kv: &crate::KeyValue) -> bool {
+fn holds(compare: &Compare, kv: &crate::key_value::KeyValue) -> bool {
     let ordering = match &compare.target {
         CompareTarget::Version(operand) => kv.version.cmp(operand),
         CompareTarget::Create(operand) => kv.create_revision.cmp(operand),
@@ -94,7 +94,7 @@ fn branch(request: &TxnRequest, succeeded: bool) -> &[RequestOp] {
 
 /// A put's lease must exist.
 fn check_lease(view: &impl ReadView, lease: i64) -> Result<()> {
-    if lease != crate::NO_LEASE && !view.lease_exists(lease) {
+    if lease != crate::lease::NO_LEASE && !view.lease_exists(lease) {
         return Err(Error::LeaseNotFound);
     }
     Ok(())

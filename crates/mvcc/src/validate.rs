@@ -26,12 +26,12 @@ pub fn check_write(request: &WriteRequest, max_txn_ops: usize) -> Result<()> {
 }
 
 /// etcd's lessor refuses lease id 0 (it means "no lease") as not found,
-/// and a TTL over [`crate::MAX_LEASE_TTL`].
+/// and a TTL over [`crate::lease::MAX_LEASE_TTL`].
 pub fn check_lease_grant(request: &LeaseGrantRequest) -> Result<()> {
-    if request.id == crate::NO_LEASE {
+    if request.id == crate::lease::NO_LEASE {
         return Err(Error::LeaseNotFound);
     }
-    if request.ttl > crate::MAX_LEASE_TTL {
+    if request.ttl > crate::lease::MAX_LEASE_TTL {
         return Err(Error::LeaseTtlTooLarge);
     }
     Ok(())

@@ -1,0 +1,116 @@
+//! etcd's `KV` service: Range, Put, DeleteRange, Txn, Compact.
+//!
+//! Writes are checked as etcd checks them before proposing, then go to the
+//! member core, which answers once the entry has applied on this member.
+//! Linearizable ranges wait for a ReadIndex round (shared by every read
+//! waiting at that moment) and for the member to apply up to it;
+//! serializable ranges read locally.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use crate::api::errors::store_status;
+use crate::member::core::Member;
+use crate::proto::convert;
+use crate::proto::etcdserverpb as pb;
+use crate::proto::etcdserverpb::kv_server::Kv;
+use crate::proto::kvserverpb::raft_request;
+
+#[derive(Clone)]
+pub struct KvService {
+    pub member: Arc<Member>,
+}
+
+/// Bytes a txn's puts would add, over both branches.
+fn txn_put_bytes(txn: &mvcc::TxnRequest) -> usize {
+    txn.success
+        .iter()
+        .chain(&txn.failure)
+        .map(|op| match op {
+            mvcc::RequestOp::Put(put) => put.key.len() + put.value.len(),
+            mvcc::RequestOp::Txn(nested) => txn_put_bytes(nested),
+            _ => 0,
+        })
+        .sum()
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
+        let request = request.into_inner();
+        if request.key.is_empty() {
+            return Err(store_status(&mvcc::Error::EmptyKey));
+        }
+        if !request.serializable {
+            self.member.linearize().await?;
+        }
+        let response = self
+            .member
+            .store
+            .range(&convert::range_request(request))
+            .map_err(|e| store_status(&e))?;
+        let header = self.member.header(response.revision);
+        Ok(Response::new(convert::range_response(response, header)))
+    }
+
+    async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        let request = request.into_inner();
+        mvcc::validate::check_put(&convert::put_request(request.clone())).map_err(|e| store_status(&e))?;
+        self.member.check_quota(request.key.len() + request.value.len())?;
+        match self.member.propose(raft_request::Request::Put(request)).await? {
+            mvcc::WriteResponse::Put(response) => {
+                let header = self.member.header(response.revision);
+                Ok(Response::new(convert::put_response(response, header)))
+            }
+            other => unreachable!("a put answered {other:?}"),
+        }
+    }
+
+    async fn delete_range(
+        &self,
+        request: Request<pb::DeleteRangeRequest>,
+    ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        let request = request.into_inner();
+        if request.key.is_empty() {
+            return Err(store_status(&mvcc::Error::EmptyKey));
+        }
+        match self.member.propose(raft_request::Request::DeleteRange(request)).await? {
+            mvcc::WriteResponse::DeleteRange(response) => {
+                let header = self.member.header(response.revision);
+                Ok(Response::new(convert::delete_range_response(response, header)))
+            }
+            other => unreachable!("a delete answered {other:?}"),
+        }
+    }
+
+    async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        let request = request.into_inner();
+        let checked = convert::txn_request(request.clone()).map_err(|e| store_status(&e))?;
+        mvcc::validate::check_txn(&checked, self.member.config.max_txn_ops).map_err(|e| store_status(&e))?;
+        let put_bytes = txn_put_bytes(&checked);
+        if put_bytes > 0 {
+            self.member.check_quota(put_bytes)?;
+        }
+        match self.member.propose(raft_request::Request::Txn(request)).await? {
+            mvcc::WriteResponse::Txn(response) => {
+                let header = self.member.header(response.revision);
+                Ok(Response::new(convert::txn_response(response, header)))
+            }
+            other => unreachable!("a txn answered {other:?}"),
+        }
+    }
+
+    async fn compact(
+        &self,
+        request: Request<pb::CompactionRequest>,
+    ) -> Result<Response<pb::CompactionResponse>, Status> {
+        let compaction = raft_request::Request::Compaction(request.into_inner());
+        match self.member.propose(compaction).await? {
+            mvcc::WriteResponse::Compaction(response) => Ok(Response::new(pb::CompactionResponse {
+                header: self.member.header(response.revision),
+            })),
+            other => unreachable!("a compaction answered {other:?}"),
+        }
+    }
+}

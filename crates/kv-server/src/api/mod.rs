@@ -1,0 +1,19 @@
+//! etcd's gRPC services and the client port's plain HTTP, each a thin
+//! layer over the member core (`member::core::Member`): check the
+//! request as etcd does, call the core, shape the answer.
+//!
+//! - [`kv`], [`lease`], [`cluster`], [`maintenance`], [`watch`]: etcd's
+//!   client services.
+//! - [`http`]: `/health` and `/version`.
+//! - [`peer`]: the service other members call (raft streams, snapshots,
+//!   forwarded lease calls).
+//! - [`errors`]: errors as gRPC statuses with etcd's codes.
+
+pub mod cluster;
+pub mod errors;
+pub mod http;
+pub mod kv;
+pub mod lease;
+pub mod maintenance;
+pub mod peer;
+pub mod watch;

@@ -1,0 +1,70 @@
+//! The peer service: what other members send this one. Raft messages
+//! arrive in batches on one stream per peer and go to the raft loop;
+//! snapshots arrive as files (`peer::snapshot_receive`); followers forward
+//! lease keep-alives and time-to-live here when this member leads.
+
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
+
+use protobuf::Message as _;
+use raft::prelude::Message;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::member::core::Member;
+use crate::peer::snapshot_receive;
+use crate::peer::transport::PEER_MESSAGE_BYTES_MAX;
+use crate::proto::etcdserverpb as pb;
+use crate::proto::kvserverpb::peer_server::{Peer, PeerServer};
+use crate::proto::kvserverpb::{PeerAck, RaftBatch, SnapshotChunk};
+use crate::raft::input::NodeInput;
+use crate::storage::layout::DataDir;
+
+pub struct PeerService {
+    pub node: SyncSender<NodeInput>,
+    pub member: Arc<Member>,
+    pub dir: DataDir,
+}
+
+impl PeerService {
+    /// The service, taking messages up to [`PEER_MESSAGE_BYTES_MAX`].
+    pub fn server(self) -> PeerServer<PeerService> {
+        PeerServer::new(self).max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+    }
+}
+
+#[tonic::async_trait]
+impl Peer for PeerService {
+    async fn stream(&self, request: Request<Streaming<RaftBatch>>) -> Result<Response<PeerAck>, Status> {
+        let mut stream = request.into_inner();
+        while let Some(batch) = stream.message().await? {
+            for bytes in batch.messages {
+                let message = Message::parse_from_bytes(&bytes)
+                    .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
+                // A full queue drops the message, as a lossy network would.
+                let _ = self.node.try_send(NodeInput::Message(Box::new(message)));
+            }
+        }
+        Ok(Response::new(PeerAck {}))
+    }
+
+    async fn snapshot(&self, request: Request<Streaming<SnapshotChunk>>) -> Result<Response<PeerAck>, Status> {
+        snapshot_receive::receive(&self.dir, &self.node, request.into_inner()).await?;
+        Ok(Response::new(PeerAck {}))
+    }
+
+    async fn lease_keep_alive(
+        &self,
+        request: Request<pb::LeaseKeepAliveRequest>,
+    ) -> Result<Response<pb::LeaseKeepAliveResponse>, Status> {
+        let id = request.into_inner().id;
+        Ok(Response::new(self.member.keep_alive_as_leader(id).await?))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        request: Request<pb::LeaseTimeToLiveRequest>,
+    ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        let request = request.into_inner();
+        Ok(Response::new(self.member.time_to_live_as_leader(request).await?))
+    }
+}

@@ -1,0 +1,64 @@
+//! Committed entries, decoded into what the store applies.
+//!
+//! An entry's data is a `RaftRequest` (`proto/kvserverpb`): the proposing
+//! member, its sequence number (whoever waits for the answer), and the
+//! request in etcd's wire form, converted here to the store's types. A
+//! txn whose ops hold nothing is refused as etcd refuses it, before the
+//! store sees it.
+
+use prost::Message as _;
+use raft::prelude::{Entry, EntryType};
+
+use crate::proto::convert;
+use crate::proto::kvserverpb::{raft_request::Request, MemberAttributes, RaftRequest};
+
+/// What one entry asks for.
+pub enum Decoded {
+    /// A write for the store, or its refusal.
+    Write(Result<mvcc::WriteRequest, mvcc::Error>),
+    /// A member published its client URLs.
+    Attributes(MemberAttributes),
+    /// Nothing to apply: an empty entry (a new leader's first), a
+    /// membership change (not built yet), or an empty request.
+    Nothing,
+}
+
+/// Decodes `entry`; returns who waits on this member for its answer
+/// (its sequence, when this member proposed it) and what it asks.
+pub fn decode(entry: &Entry, member_id: u64) -> (Option<u64>, Decoded) {
+    if entry.data.is_empty() {
+        return (None, Decoded::Nothing);
+    }
+    if entry.get_entry_type() != EntryType::EntryNormal {
+        tracing::warn!(index = entry.index, "ignoring a membership change entry");
+        return (None, Decoded::Nothing);
+    }
+    let request = RaftRequest::decode(&entry.data[..]).expect("committed entries decode");
+    let owner = (request.member == member_id).then_some(request.sequence);
+    let decoded = match request.request {
+        Some(Request::Put(put)) => Decoded::Write(Ok(mvcc::WriteRequest::Put(convert::put_request(put)))),
+        Some(Request::DeleteRange(delete)) => Decoded::Write(Ok(mvcc::WriteRequest::DeleteRange(
+            convert::delete_range_request(delete),
+        ))),
+        Some(Request::Txn(txn)) => Decoded::Write(convert::txn_request(txn).map(mvcc::WriteRequest::Txn)),
+        Some(Request::Compaction(compaction)) => {
+            Decoded::Write(Ok(mvcc::WriteRequest::Compaction(mvcc::CompactionRequest {
+                revision: compaction.revision,
+            })))
+        }
+        Some(Request::LeaseGrant(grant)) => {
+            Decoded::Write(Ok(mvcc::WriteRequest::LeaseGrant(mvcc::LeaseGrantRequest {
+                id: grant.id,
+                ttl: grant.ttl,
+            })))
+        }
+        Some(Request::LeaseRevoke(revoke)) => {
+            Decoded::Write(Ok(mvcc::WriteRequest::LeaseRevoke(mvcc::LeaseRevokeRequest {
+                id: revoke.id,
+            })))
+        }
+        Some(Request::Attributes(attributes)) => Decoded::Attributes(attributes),
+        None => Decoded::Nothing,
+    };
+    (owner, decoded)
+}

@@ -1,0 +1,191 @@
+//! The apply stage: a thread apart from the raft loop that applies
+//! committed entries to the store in batches, answers the clients waiting
+//! on them, installs snapshots from the leader, and releases linearizable
+//! reads once the member has applied up to their read index.
+//!
+//! Per batch of entries, in this order: the store applies every write as
+//! one atomic sled batch (which records the raft index reached); the
+//! leader's lease deadlines follow grants and revocations; watchers hear
+//! of the changes; then the writers are answered, and the applied index
+//! moves. A store that cannot apply stops the member.
+
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+
+use raft::prelude::Entry;
+
+use crate::apply::decode::{decode, Decoded};
+use crate::apply::input::ApplyInput;
+use crate::error::fatal;
+use crate::member::lessor::Lessor;
+use crate::member::waiters::Waiters;
+use crate::member::watch_hub::{Published, WatchHub};
+use crate::raft::input::ReadWaiter;
+use crate::raft::status::RaftStatus;
+use crate::storage::attributes::MemberAttributes;
+use crate::storage::layout::DataDir;
+use crate::storage::marker::SnapshotMarker;
+use crate::storage::pending;
+
+/// What the stage works with; it alone writes the store, answers writers
+/// and moves the applied index.
+pub struct Stage {
+    pub member_id: u64,
+    pub dir: DataDir,
+    pub store: Arc<mvcc::Store>,
+    pub status: Arc<RaftStatus>,
+    pub waiters: Arc<Waiters>,
+    pub lessor: Arc<Lessor>,
+    pub watch_hub: Arc<WatchHub>,
+    pub attributes: Arc<MemberAttributes>,
+    pub marker: Arc<SnapshotMarker>,
+}
+
+/// A batch of entries, decoded: the writes for the store, and in entry
+/// order who waits for each entry's answer and whether it was refused
+/// before reaching the store.
+#[derive(Default)]
+struct Batch {
+    requests: Vec<mvcc::WriteRequest>,
+    outcomes: Vec<(Option<u64>, Option<mvcc::Error>)>,
+}
+
+impl Stage {
+    /// Runs until the raft loop closes the queue.
+    pub fn run(self, inputs: Receiver<ApplyInput>) {
+        let mut reads: Vec<(u64, Vec<ReadWaiter>)> = Vec::new();
+        self.status.set_applied(self.store.consistent_index());
+        for input in inputs {
+            match input {
+                ApplyInput::Entries(entries) => self.apply_entries(entries),
+                ApplyInput::Restore { index, term } => self.restore(index, term),
+                ApplyInput::Read { index, waiters } => reads.push((index, waiters)),
+                ApplyInput::Dropped { sequence, error } => self.waiters.answer(sequence, Err(error)),
+            }
+            let applied = self.status.applied();
+            reads.retain_mut(|(index, waiters)| {
+                if *index > applied {
+                    return true;
+                }
+                for waiter in waiters.drain(..) {
+                    let _ = waiter.send(Ok(()));
+                }
+                false
+            });
+        }
+    }
+
+    fn apply_entries(&self, entries: Vec<Entry>) {
+        let Some(last_index) = entries.last().map(|e| e.index) else {
+            return;
+        };
+        let already = self.store.consistent_index();
+        debug_assert!(
+            entries.windows(2).all(|pair| pair[1].index == pair[0].index + 1),
+            "committed entries are contiguous"
+        );
+        debug_assert!(
+            entries[0].index <= already + 1,
+            "entries from {} leave a gap after the applied {already}",
+            entries[0].index
+        );
+        if last_index <= already {
+            return;
+        }
+        let batch = self.decode_batch(&entries, already);
+        // Tests stall the apply stage here (`kv::apply=1*sleep(ms)`) to hold
+        // the applied index still while raft commits more.
+        fail::fail_point!("kv::apply");
+        let applied = self.apply_to_store(last_index, &batch.requests);
+        self.answer(batch.outcomes, applied);
+        debug_assert!(last_index > self.status.applied(), "the applied index moves forward");
+        self.status.set_applied(last_index);
+    }
+
+    /// Decodes the entries after `already`; publishes member attributes as
+    /// they come.
+    fn decode_batch(&self, entries: &[Entry], already: u64) -> Batch {
+        let mut batch = Batch::default();
+        for entry in entries.iter().filter(|entry| entry.index > already) {
+            let (owner, decoded) = decode(entry, self.member_id);
+            match decoded {
+                Decoded::Write(Ok(request)) => {
+                    batch.requests.push(request);
+                    batch.outcomes.push((owner, None));
+                }
+                Decoded::Write(Err(error)) => batch.outcomes.push((owner, Some(error))),
+                Decoded::Attributes(attributes) => self.attributes.publish(attributes.id, attributes.client_urls),
+                Decoded::Nothing => {}
+            }
+        }
+        batch
+    }
+
+    /// Applies the batch's writes up to raft index `last_index`, keeps the
+    /// leader's lease deadlines in step, and tells watchers.
+    fn apply_to_store(&self, last_index: u64, requests: &[mvcc::WriteRequest]) -> Vec<mvcc::Applied> {
+        let first = self.store.current_revision() + 1;
+        let mut applied = match self.store.apply(last_index, requests) {
+            Ok(applied) => applied,
+            Err(error) => fatal("the store failed to apply committed entries", &error),
+        };
+        for (request, result) in requests.iter().zip(&applied) {
+            match (request, &result.response) {
+                (mvcc::WriteRequest::LeaseGrant(grant), Ok(_)) => self.lessor.granted(grant.id, grant.ttl),
+                (mvcc::WriteRequest::LeaseRevoke(revoke), Ok(_)) => self.lessor.revoked(revoke.id),
+                _ => {}
+            }
+        }
+        // Watchers hear of the changes before the writers are answered, as
+        // etcd notifies them when the write's transaction ends.
+        let last = self.store.current_revision();
+        if last >= first {
+            let events = applied
+                .iter_mut()
+                .flat_map(|result| std::mem::take(&mut result.events))
+                .collect();
+            self.watch_hub.publish_changes(first, last, events);
+        }
+        applied
+    }
+
+    /// Answers every waiter of the batch, in entry order.
+    fn answer(&self, outcomes: Vec<(Option<u64>, Option<mvcc::Error>)>, applied: Vec<mvcc::Applied>) {
+        let mut applied = applied.into_iter();
+        for (owner, refused) in outcomes {
+            let result = match refused {
+                None => applied.next().expect("one result per request"),
+                Some(error) => mvcc::Applied {
+                    response: Err(error),
+                    events: Vec::new(),
+                },
+            };
+            if let Some(sequence) = owner {
+                self.waiters.answer(sequence, Ok(result));
+            }
+        }
+        debug_assert!(applied.next().is_none(), "every result has its entry");
+    }
+
+    /// Installs a leader's snapshot: the store takes the pending file's
+    /// contents (and flushes them), then the marker records it, so a restart
+    /// replays from there, and the file goes.
+    fn restore(&self, index: u64, term: u64) {
+        // Tests stop the member here (`kv::restore=return`): the WAL holds the
+        // snapshot's record, the store does not yet hold its contents.
+        fail::fail_point!("kv::restore", |_| {
+            fatal("failpoint kv::restore", &"stopping before installing a snapshot")
+        });
+        if let Err(error) = pending::restore(&self.store, index, &self.dir.pending_snapshot(index, term)) {
+            fatal("could not install a snapshot", &error);
+        }
+        if let Err(error) = self.marker.record(index, term) {
+            fatal("could not record a snapshot", &error);
+        }
+        pending::remove_through(&self.dir, index);
+        self.watch_hub.publish(Published::Restored);
+        let applied = self.store.consistent_index();
+        self.status.set_applied(applied);
+        tracing::info!(index, term, applied, "installed a snapshot from the leader");
+    }
+}

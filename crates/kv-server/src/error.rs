@@ -1,0 +1,100 @@
+//! The member's errors, as types.
+//!
+//! - [`Error`]: why a member cannot start, or must stop. Start-up returns
+//!   it to `main`, which prints it and exits with status 1; once running,
+//!   a part that meets one it cannot recover from calls [`fatal`].
+//! - [`RequestError`]: why one client request failed. Its text is etcd's
+//!   exact message (clients match errors by message), and `api::errors`
+//!   gives each its gRPC code.
+
+use std::fmt::Display;
+use std::path::PathBuf;
+
+/// Why a member cannot start, or must stop.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A flag's value is unusable.
+    #[error("--{flag}: {reason}")]
+    Flag { flag: &'static str, reason: String },
+    /// A file or directory could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    /// A listener could not be bound.
+    #[error("listen on {url}: {source}")]
+    Listen { url: String, source: std::io::Error },
+    /// Threads or the async runtime could not be started.
+    #[error("starting {what}: {source}")]
+    Spawn { what: &'static str, source: std::io::Error },
+    #[error("WAL: {0}")]
+    Wal(#[from] wal::Error),
+    #[error("store: {0}")]
+    Store(#[from] mvcc::Error),
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    /// A file is not what its name says.
+    #[error("{}: {what}", path.display())]
+    Corrupt { path: PathBuf, what: String },
+    /// A replayed WAL entry is not a raft entry.
+    #[error("WAL entry {index} does not decode: {reason}")]
+    BadWalEntry { index: u64, reason: String },
+    /// The data directory was made by another member or cluster.
+    #[error("{} belongs to another member or cluster (its ids differ from this member's)", dir.display())]
+    ForeignDataDir { dir: PathBuf },
+    /// A snapshot install was cut short and its file is gone.
+    #[error(
+        "{}: the store holds part of a snapshot whose file is gone; remove the data directory and let the \
+         member catch up from the others",
+        dir.display()
+    )]
+    PartialRestore { dir: PathBuf },
+}
+
+impl Error {
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { path, source }
+    }
+}
+
+/// Why one client request failed. The text of each is etcd's message.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RequestError {
+    #[error("etcdserver: no leader")]
+    NoLeader,
+    #[error("etcdserver: leader changed")]
+    LeaderChanged,
+    #[error("etcdserver: request timed out")]
+    TimedOut,
+    #[error("etcdserver: too many requests")]
+    TooManyRequests,
+    #[error("etcdserver: request is too large")]
+    RequestTooLarge,
+    #[error("etcdserver: server stopped")]
+    Stopped,
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
+    #[error("etcdserver: not leader")]
+    NotLeader,
+    #[error("etcdserver: bad leader transferee")]
+    BadLeaderTransferee,
+    #[error("etcdserver: request timed out, leader transfer took too long")]
+    LeaderTransferTimedOut,
+    /// The store refused the request (its errors carry etcd's messages).
+    #[error(transparent)]
+    Store(#[from] mvcc::Error),
+    /// A call forwarded to the leader failed there: its answer, as is.
+    #[error("{}", .0.message())]
+    Forwarded(tonic::Status),
+}
+
+/// Stops the member: logs what failed and why, then exits with status 1.
+/// For failures after which going on could lose acknowledged writes or
+/// serve wrong data: a failed WAL write or fsync, a store that cannot
+/// apply, a snapshot that cannot be installed. A supervisor restarts the
+/// member, which recovers from its WAL and the other members.
+pub fn fatal(what: &str, error: &dyn Display) -> ! {
+    tracing::error!(%error, "{what}; stopping the member");
+    eprintln!("kv-server: {what}: {error}");
+    std::process::exit(1)
+}

@@ -1,0 +1,223 @@
+//! The member core: what every etcd service calls, as etcd's services call
+//! its `EtcdServer`. It proposes writes and waits for them to apply,
+//! linearizes reads, enforces the quota and the apply-lag bound, and
+//! builds response headers. It never touches gRPC transport or the raft
+//! loop's internals: it talks to the loop through its input queue only.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message as _;
+use tokio::sync::oneshot;
+
+use crate::config::Config;
+use crate::error::RequestError;
+use crate::member::lease_ids::LeaseIds;
+use crate::member::lessor::Lessor;
+use crate::member::waiters::Waiters;
+use crate::member::watch_hub::WatchHub;
+use crate::membership::Membership;
+use crate::peer::channels::PeerChannels;
+use crate::proto::etcdserverpb as pb;
+use crate::proto::kvserverpb::{raft_request, RaftRequest};
+use crate::raft::input::NodeInput;
+use crate::raft::status::RaftStatus;
+use crate::storage::attributes::MemberAttributes;
+
+/// etcd's bound on how far applying may fall behind committing, in
+/// entries: past it, new proposals are refused with "too many requests"
+/// so the backlog drains instead of growing.
+pub const APPLY_LAG_ENTRIES_MAX: u64 = 5000;
+
+/// How long a client waits for its write to apply or its read index to
+/// come back before getting etcd's "request timed out": etcd waits 5 s
+/// plus two election timeouts; 7 s matches its defaults.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(7);
+
+/// What the member core is made of. Each shared part is also held by the
+/// thread that writes it: the raft loop (status), the apply stage
+/// (waiters, lessor, watch hub, attributes).
+pub struct MemberParts {
+    pub config: Config,
+    pub membership: Membership,
+    pub store: Arc<mvcc::Store>,
+    pub status: Arc<RaftStatus>,
+    pub waiters: Arc<Waiters>,
+    pub lessor: Arc<Lessor>,
+    pub watch_hub: Arc<WatchHub>,
+    pub attributes: Arc<MemberAttributes>,
+    pub node: SyncSender<NodeInput>,
+}
+
+pub struct Member {
+    pub config: Config,
+    pub membership: Membership,
+    pub store: Arc<mvcc::Store>,
+    pub status: Arc<RaftStatus>,
+    pub waiters: Arc<Waiters>,
+    pub lessor: Arc<Lessor>,
+    pub watch_hub: Arc<WatchHub>,
+    pub attributes: Arc<MemberAttributes>,
+    /// The store's size on disk, sampled by the server every 100 ms (the
+    /// quota check reads this instead of asking sled per write).
+    pub disk_bytes: AtomicU64,
+    pub(super) node: SyncSender<NodeInput>,
+    pub(super) peers: PeerChannels,
+    pub(super) lease_ids: LeaseIds,
+}
+
+/// A refused send to the raft loop's queue, as the client sees it.
+pub fn queue_error<T>(error: TrySendError<T>) -> RequestError {
+    match error {
+        TrySendError::Full(_) => RequestError::TooManyRequests,
+        TrySendError::Disconnected(_) => RequestError::Stopped,
+    }
+}
+
+impl Member {
+    pub fn new(parts: MemberParts) -> Member {
+        let peers = PeerChannels::new(&parts.membership, REQUEST_TIMEOUT);
+        let lease_ids = LeaseIds::new(parts.membership.local_id);
+        Member {
+            config: parts.config,
+            membership: parts.membership,
+            store: parts.store,
+            status: parts.status,
+            waiters: parts.waiters,
+            lessor: parts.lessor,
+            watch_hub: parts.watch_hub,
+            attributes: parts.attributes,
+            disk_bytes: AtomicU64::new(0),
+            node: parts.node,
+            peers,
+            lease_ids,
+        }
+    }
+
+    pub fn member_id(&self) -> u64 {
+        self.membership.local_id
+    }
+
+    /// The leader's id, 0 while none is known.
+    pub fn leader(&self) -> u64 {
+        self.status.leader()
+    }
+
+    /// A response header at `revision`, with this member's identity and
+    /// the current term: the one way headers are made.
+    pub fn header(&self, revision: i64) -> Option<pb::ResponseHeader> {
+        Some(pb::ResponseHeader {
+            cluster_id: self.membership.cluster_id,
+            member_id: self.membership.local_id,
+            revision,
+            raft_term: self.status.term(),
+        })
+    }
+
+    /// A header at the store's current revision.
+    pub fn current_header(&self) -> Option<pb::ResponseHeader> {
+        self.header(self.store.current_revision())
+    }
+
+    /// Proposes a write and waits until it is applied here.
+    pub async fn propose(&self, request: raft_request::Request) -> Result<mvcc::WriteResponse, RequestError> {
+        if self.status.committed().saturating_sub(self.status.applied()) > APPLY_LAG_ENTRIES_MAX {
+            return Err(RequestError::TooManyRequests);
+        }
+        let (sequence, answer) = self.waiters.register();
+        let data = RaftRequest {
+            member: self.member_id(),
+            sequence,
+            request: Some(request),
+        }
+        .encode_to_vec();
+        if data.len() > self.config.max_request_bytes {
+            self.waiters.forget(sequence);
+            return Err(RequestError::RequestTooLarge);
+        }
+        if let Err(error) = self.node.try_send(NodeInput::Propose { sequence, data }) {
+            self.waiters.forget(sequence);
+            return Err(queue_error(error));
+        }
+        match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
+            Ok(Ok(Ok(applied))) => Ok(applied.response?),
+            Ok(Ok(Err(error))) => Err(error),
+            Ok(Err(_)) => Err(RequestError::Stopped),
+            Err(_) => {
+                self.waiters.forget(sequence);
+                Err(RequestError::TimedOut)
+            }
+        }
+    }
+
+    /// Waits until this member has applied everything committed when the
+    /// call began, as confirmed by the leader.
+    pub async fn linearize(&self) -> Result<(), RequestError> {
+        let (reply, answer) = oneshot::channel();
+        self.node
+            .try_send(NodeInput::ReadIndex { reply })
+            .map_err(queue_error)?;
+        match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(RequestError::Stopped),
+            Err(_) => Err(RequestError::TimedOut),
+        }
+    }
+
+    /// Waits until this member has applied what was committed on entry, at
+    /// most `timeout`.
+    pub async fn wait_applied(&self, timeout: Duration) -> Result<(), RequestError> {
+        let committed = self.status.committed();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            // Registered before the check, so an apply between the check
+            // and the wait still wakes it.
+            let applied = self.status.applied_changed();
+            tokio::pin!(applied);
+            applied.as_mut().enable();
+            if self.status.applied() >= committed {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, applied).await.is_err() {
+                return Err(RequestError::TimedOut);
+            }
+        }
+    }
+
+    /// etcd's quota: a write that adds data is refused once the store has
+    /// reached `--quota-backend-bytes`. Deletes and compactions still go
+    /// through, so space can be won back.
+    pub fn check_quota(&self, added_bytes: usize) -> Result<(), RequestError> {
+        let size = self.disk_bytes.load(Ordering::Acquire);
+        if size + added_bytes as u64 > self.config.quota_backend_bytes {
+            return Err(RequestError::NoSpace);
+        }
+        Ok(())
+    }
+
+    /// etcd's MoveLeader: only the leader takes it; the target must be a
+    /// member; the answer comes once this member sees the target lead,
+    /// looked for every raft tick, or "took too long" after
+    /// [`REQUEST_TIMEOUT`].
+    pub async fn move_leader(&self, target: u64) -> Result<(), RequestError> {
+        if self.leader() != self.member_id() {
+            return Err(RequestError::NotLeader);
+        }
+        if !self.membership.voter_ids().contains(&target) {
+            return Err(RequestError::BadLeaderTransferee);
+        }
+        self.node
+            .try_send(NodeInput::TransferLeader(target))
+            .map_err(queue_error)?;
+        let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+        while self.leader() != target {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(RequestError::LeaderTransferTimedOut);
+            }
+            tokio::time::sleep(self.config.tick_interval()).await;
+        }
+        Ok(())
+    }
+}

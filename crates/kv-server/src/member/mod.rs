@@ -1,0 +1,18 @@
+//! The member core and what it shares with the apply stage.
+//!
+//! - [`core`]: `Member`, what every etcd service calls: propose a write
+//!   and wait for it to apply, linearize a read, the quota, headers,
+//!   MoveLeader.
+//! - [`lease`]: the member's lease operations; keep-alives go to the
+//!   leader, who alone tracks deadlines.
+//! - [`lessor`]: the leader's lease deadlines.
+//! - [`lease_ids`]: lease ids shaped as etcd's.
+//! - [`waiters`]: clients waiting for their proposals to apply.
+//! - [`watch_hub`]: what the apply stage publishes to watch streams.
+
+pub mod core;
+pub mod lease;
+pub mod lease_ids;
+pub mod lessor;
+pub mod waiters;
+pub mod watch_hub;

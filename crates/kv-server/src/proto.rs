@@ -1,4 +1,0 @@
-//! The generated protocol code (the `etcd-proto` crate), under the name
-//! the server's modules use.
-
-pub use etcd_proto::*;

@@ -1,0 +1,185 @@
+//! Conversions between etcd's wire messages and the store's own types.
+//! Headers are the member core's (`Member::header`); errors become gRPC
+//! statuses in `api::errors`.
+
+use crate::proto::etcdserverpb as pb;
+use crate::proto::mvccpb;
+
+pub fn key_value(kv: mvcc::KeyValue) -> mvccpb::KeyValue {
+    mvccpb::KeyValue {
+        key: kv.key,
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        value: kv.value,
+        lease: kv.lease,
+    }
+}
+
+pub fn range_request(request: pb::RangeRequest) -> mvcc::RangeRequest {
+    use pb::range_request::{SortOrder, SortTarget};
+    mvcc::RangeRequest {
+        key: request.key,
+        range_end: request.range_end,
+        limit: request.limit,
+        revision: request.revision,
+        sort_order: match SortOrder::try_from(request.sort_order) {
+            Ok(SortOrder::Ascend) => mvcc::SortOrder::Ascend,
+            Ok(SortOrder::Descend) => mvcc::SortOrder::Descend,
+            _ => mvcc::SortOrder::None,
+        },
+        sort_target: match SortTarget::try_from(request.sort_target) {
+            Ok(SortTarget::Version) => mvcc::SortTarget::Version,
+            Ok(SortTarget::Create) => mvcc::SortTarget::Create,
+            Ok(SortTarget::Mod) => mvcc::SortTarget::Mod,
+            Ok(SortTarget::Value) => mvcc::SortTarget::Value,
+            _ => mvcc::SortTarget::Key,
+        },
+        keys_only: request.keys_only,
+        count_only: request.count_only,
+        min_mod_revision: request.min_mod_revision,
+        max_mod_revision: request.max_mod_revision,
+        min_create_revision: request.min_create_revision,
+        max_create_revision: request.max_create_revision,
+    }
+}
+
+pub fn put_request(request: pb::PutRequest) -> mvcc::PutRequest {
+    mvcc::PutRequest {
+        key: request.key,
+        value: request.value,
+        lease: request.lease,
+        prev_kv: request.prev_kv,
+        ignore_value: request.ignore_value,
+        ignore_lease: request.ignore_lease,
+    }
+}
+
+pub fn delete_range_request(request: pb::DeleteRangeRequest) -> mvcc::DeleteRangeRequest {
+    mvcc::DeleteRangeRequest {
+        key: request.key,
+        range_end: request.range_end,
+        prev_kv: request.prev_kv,
+    }
+}
+
+/// A compare whose operand does not match its target compares against the
+/// target's zero value, as in etcd.
+fn compare(compare: pb::Compare) -> mvcc::Compare {
+    use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+    let operand = compare.target_union;
+    let int = |want: fn(&TargetUnion) -> Option<i64>| operand.as_ref().and_then(want).unwrap_or(0);
+    let target = match CompareTarget::try_from(compare.target).unwrap_or(CompareTarget::Version) {
+        CompareTarget::Version => mvcc::CompareTarget::Version(int(|u| match u {
+            TargetUnion::Version(v) => Some(*v),
+            _ => None,
+        })),
+        CompareTarget::Create => mvcc::CompareTarget::Create(int(|u| match u {
+            TargetUnion::CreateRevision(v) => Some(*v),
+            _ => None,
+        })),
+        CompareTarget::Mod => mvcc::CompareTarget::Mod(int(|u| match u {
+            TargetUnion::ModRevision(v) => Some(*v),
+            _ => None,
+        })),
+        CompareTarget::Lease => mvcc::CompareTarget::Lease(int(|u| match u {
+            TargetUnion::Lease(v) => Some(*v),
+            _ => None,
+        })),
+        CompareTarget::Value => mvcc::CompareTarget::Value(match operand {
+            Some(TargetUnion::Value(v)) => v,
+            _ => Vec::new(),
+        }),
+    };
+    mvcc::Compare {
+        result: match CompareResult::try_from(compare.result).unwrap_or(CompareResult::Equal) {
+            CompareResult::Equal => mvcc::CompareResult::Equal,
+            CompareResult::Greater => mvcc::CompareResult::Greater,
+            CompareResult::Less => mvcc::CompareResult::Less,
+            CompareResult::NotEqual => mvcc::CompareResult::NotEqual,
+        },
+        target,
+        key: compare.key,
+        range_end: compare.range_end,
+    }
+}
+
+/// An op with no request inside is etcd's "key not found".
+fn request_op(op: pb::RequestOp) -> Result<mvcc::RequestOp, mvcc::Error> {
+    use pb::request_op::Request;
+    Ok(match op.request.ok_or(mvcc::Error::KeyNotFound)? {
+        Request::RequestRange(range) => mvcc::RequestOp::Range(range_request(range)),
+        Request::RequestPut(put) => mvcc::RequestOp::Put(put_request(put)),
+        Request::RequestDeleteRange(delete) => mvcc::RequestOp::DeleteRange(delete_range_request(delete)),
+        Request::RequestTxn(txn) => mvcc::RequestOp::Txn(txn_request(txn)?),
+    })
+}
+
+pub fn txn_request(request: pb::TxnRequest) -> Result<mvcc::TxnRequest, mvcc::Error> {
+    Ok(mvcc::TxnRequest {
+        compare: request.compare.into_iter().map(compare).collect(),
+        success: request.success.into_iter().map(request_op).collect::<Result<_, _>>()?,
+        failure: request.failure.into_iter().map(request_op).collect::<Result<_, _>>()?,
+    })
+}
+
+pub fn range_response(response: mvcc::RangeResponse, header: Option<pb::ResponseHeader>) -> pb::RangeResponse {
+    pb::RangeResponse {
+        header,
+        kvs: response.kvs.into_iter().map(key_value).collect(),
+        more: response.more,
+        count: response.count,
+    }
+}
+
+pub fn put_response(response: mvcc::PutResponse, header: Option<pb::ResponseHeader>) -> pb::PutResponse {
+    pb::PutResponse {
+        header,
+        prev_kv: response.prev_kv.map(key_value),
+    }
+}
+
+pub fn delete_range_response(
+    response: mvcc::DeleteRangeResponse,
+    header: Option<pb::ResponseHeader>,
+) -> pb::DeleteRangeResponse {
+    pb::DeleteRangeResponse {
+        header,
+        deleted: response.deleted,
+        prev_kvs: response.prev_kvs.into_iter().map(key_value).collect(),
+    }
+}
+
+/// Nested responses carry only their revision in the header, as etcd's do
+/// (and a nested txn's is empty: revision 0).
+fn nested_header(revision: i64) -> Option<pb::ResponseHeader> {
+    Some(pb::ResponseHeader {
+        revision,
+        ..pb::ResponseHeader::default()
+    })
+}
+
+pub fn txn_response(response: mvcc::TxnResponse, header: Option<pb::ResponseHeader>) -> pb::TxnResponse {
+    use pb::response_op::Response;
+    let responses = response
+        .responses
+        .into_iter()
+        .map(|op| pb::ResponseOp {
+            response: Some(match op {
+                mvcc::ResponseOp::Range(r) => {
+                    Response::ResponseRange(range_response(r.clone(), nested_header(r.revision)))
+                }
+                mvcc::ResponseOp::Put(r) => Response::ResponsePut(put_response(r.clone(), nested_header(r.revision))),
+                mvcc::ResponseOp::DeleteRange(r) => {
+                    Response::ResponseDeleteRange(delete_range_response(r.clone(), nested_header(r.revision)))
+                }
+                mvcc::ResponseOp::Txn(r) => Response::ResponseTxn(txn_response(r, nested_header(0))),
+            }),
+        })
+        .collect();
+    pb::TxnResponse {
+        header,
+        succeeded: response.succeeded,
+        responses,
+    }
+}

@@ -1,0 +1,342 @@
+//! The raft loop: one thread owns the RawNode and the durable log, and
+//! turns proposals, read requests, peer messages and ticks into Readies.
+//!
+//! Each Ready is handled top to bottom by `handle_ready` and the steps it
+//! calls, and nothing waits between `ready()` and `advance()` except the
+//! WAL's fdatasync. Every input queue is bounded. The loop sends to peers
+//! through an [`Outbox`] and hands committed entries to the apply stage;
+//! it knows nothing of gRPC, so its tests run it over channels.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use raft::prelude::{Entry, HardState, Ready};
+use raft::{Config as RaftConfig, RawNode, SnapshotStatus, Storage};
+
+use crate::apply::input::ApplyInput;
+use crate::error::{fatal, Error, RequestError};
+use crate::raft::input::{NodeInput, Outbox};
+use crate::raft::log::RaftLog;
+use crate::raft::read_index::ReadIndexQueue;
+use crate::raft::status::RaftStatus;
+use crate::storage::durable_log::DurableLog;
+use crate::storage::marker::SnapshotMarker;
+
+/// Inputs taken per turn of the loop before handling a Ready: enough that
+/// one Ready (one fdatasync) carries a whole burst of proposals, few
+/// enough that ticks stay on time.
+pub const INPUTS_PER_READY_MAX: usize = 4096;
+
+/// etcd's `max_size_per_msg`: 1 MiB of entries per append message.
+const MAX_SIZE_PER_MSG: u64 = 1 << 20;
+/// etcd's `max_inflight_msgs`: appends in flight per follower.
+const MAX_INFLIGHT_MSGS: usize = 512;
+
+/// Entries kept in memory behind a snapshot so that a follower slightly
+/// behind catches up from the log rather than by a whole snapshot: etcd's
+/// `SnapshotCatchUpEntries`, but never more than `--snapshot-count`, so a
+/// member stopped while more than that many entries are written does
+/// catch up by snapshot.
+pub const SNAPSHOT_CATCH_UP_ENTRIES_MAX: u64 = 5000;
+
+/// The loop's settings, from the member's flags.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeConfig {
+    pub id: u64,
+    /// One raft tick: etcd's heartbeat interval.
+    pub tick_interval: Duration,
+    /// Ticks without a leader before a follower campaigns.
+    pub election_ticks: usize,
+    /// Applied entries between snapshots.
+    pub snapshot_count: u64,
+}
+
+/// What the loop is built from.
+pub struct NodeParts {
+    pub config: NodeConfig,
+    pub log: DurableLog,
+    pub store: Arc<mvcc::Store>,
+    pub status: Arc<RaftStatus>,
+    pub marker: Arc<SnapshotMarker>,
+    pub outbox: Box<dyn Outbox>,
+    pub apply: SyncSender<ApplyInput>,
+}
+
+pub struct Node {
+    raw: RawNode<RaftLog>,
+    durable: DurableLog,
+    log: RaftLog,
+    config: NodeConfig,
+    store: Arc<mvcc::Store>,
+    status: Arc<RaftStatus>,
+    marker: Arc<SnapshotMarker>,
+    outbox: Box<dyn Outbox>,
+    apply: SyncSender<ApplyInput>,
+    reads: ReadIndexQueue,
+    /// Index of the last snapshot taken or installed.
+    snapshot_index: u64,
+    /// The index the next committed entry handed to the apply stage has.
+    next_to_apply: u64,
+}
+
+impl Node {
+    pub fn new(parts: NodeParts, logger: &slog::Logger) -> Result<Node, Error> {
+        let hard_state = parts.log.memory.rl().hard_state().clone();
+        let applied = parts.store.consistent_index().min(hard_state.commit);
+        let raft_config = RaftConfig {
+            id: parts.config.id,
+            election_tick: parts.config.election_ticks,
+            heartbeat_tick: 1,
+            applied,
+            max_size_per_msg: MAX_SIZE_PER_MSG,
+            max_inflight_msgs: MAX_INFLIGHT_MSGS,
+            check_quorum: true,
+            pre_vote: true,
+            ..RaftConfig::default()
+        };
+        raft_config.validate()?;
+        let log = RaftLog::new(parts.log.memory.clone(), parts.store.clone());
+        let snapshot_index = hard_state.commit.min(parts.log.snapshot_index);
+        let raw = RawNode::new(&raft_config, log.clone(), logger)?;
+        Ok(Node {
+            raw,
+            durable: parts.log,
+            log,
+            config: parts.config,
+            store: parts.store,
+            status: parts.status,
+            marker: parts.marker,
+            outbox: parts.outbox,
+            apply: parts.apply,
+            reads: ReadIndexQueue::new(parts.config.id),
+            snapshot_index,
+            next_to_apply: applied + 1,
+        })
+    }
+
+    /// Runs until every input sender is gone.
+    pub fn run(mut self, inputs: Receiver<NodeInput>) {
+        let tick = self.config.tick_interval;
+        let mut next_tick = Instant::now() + tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match inputs.recv_timeout(wait) {
+                Ok(input) => {
+                    self.take(input);
+                    for input in inputs.try_iter().take(INPUTS_PER_READY_MAX - 1) {
+                        self.take(input);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            let now = Instant::now();
+            if now >= next_tick {
+                self.raw.tick();
+                next_tick += tick;
+                if next_tick < now {
+                    next_tick = now + tick;
+                }
+                for context in self.reads.retry(now) {
+                    self.raw.read_index(context);
+                }
+            }
+            if let Some(context) = self.reads.start_round(now) {
+                self.raw.read_index(context);
+            }
+            self.handle_ready();
+        }
+    }
+
+    fn take(&mut self, input: NodeInput) {
+        match input {
+            NodeInput::Propose { sequence, data } => {
+                if let Err(error) = self.raw.propose(Vec::new(), data) {
+                    tracing::debug!(%error, "proposal dropped");
+                    let error = if self.raw.raft.leader_id == raft::INVALID_ID {
+                        RequestError::NoLeader
+                    } else {
+                        RequestError::LeaderChanged
+                    };
+                    self.send_apply(ApplyInput::Dropped { sequence, error });
+                }
+            }
+            NodeInput::ReadIndex { reply } => self.reads.push(reply),
+            NodeInput::Message(message) => {
+                if let Err(error) = self.raw.step(*message) {
+                    tracing::debug!(%error, "peer message refused");
+                }
+            }
+            NodeInput::Unreachable(peer) => self.raw.report_unreachable(peer),
+            NodeInput::TransferLeader(to) => self.raw.transfer_leader(to),
+            NodeInput::SnapshotStatus { to, failed } => {
+                let status = if failed {
+                    SnapshotStatus::Failure
+                } else {
+                    SnapshotStatus::Finish
+                };
+                self.raw.report_snapshot(to, status);
+            }
+        }
+    }
+
+    /// Handles one Ready in the order raft-rs documents, with etcd's
+    /// leader optimisation (Raft thesis §10.2.1).
+    fn handle_ready(&mut self) {
+        if !self.raw.has_ready() {
+            return;
+        }
+        let mut ready = self.raw.ready();
+
+        // 1. Messages first. On a leader these are appends, and sending
+        //    them before our own fsync lets followers write in parallel
+        //    with us; a leader's entry counts toward commit only once its
+        //    own WAL has it, so this is safe.
+        self.outbox.send(ready.take_messages());
+
+        // 2. A snapshot from the leader, ahead of the entries after it.
+        if !ready.snapshot().is_empty() {
+            self.install_snapshot(&ready);
+        }
+
+        // 3. Committed entries go to the apply stage. They are durable on
+        //    a quorum already, so applying them need not wait for our own
+        //    fsync below.
+        self.send_committed(ready.take_committed_entries());
+
+        // 4. New entries and the hard state: one WAL write and one
+        //    fdatasync for the whole Ready.
+        self.persist(&ready.take_entries(), ready.hs());
+
+        // 5. Read states: each answers one round of reads once applied.
+        for read_state in ready.take_read_states() {
+            if let Some(waiters) = self.reads.answered(&read_state.request_ctx) {
+                self.send_apply(ApplyInput::Read {
+                    index: read_state.index,
+                    waiters,
+                });
+            }
+        }
+
+        // 6. Messages that may only leave after the fsync: a follower's
+        //    append acknowledgements and votes.
+        self.outbox.send(ready.take_persisted_messages());
+
+        // 7. Advance, then the light ready: commit index, more messages and
+        //    committed entries.
+        let mut light = self.raw.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.durable.memory.wl().mut_hard_state().commit = commit;
+        }
+        self.outbox.send(light.take_messages());
+        self.send_committed(light.take_committed_entries());
+        self.raw.advance_apply();
+        self.maybe_snapshot();
+        let raft = &self.raw.raft;
+        self.status.set_raft(raft.term, raft.leader_id, raft.raft_log.committed);
+    }
+
+    /// A snapshot from the leader: recorded in the WAL, handed to raft's
+    /// log, and queued for the apply stage ahead of the entries that
+    /// follow it, which restores the store from the pending file.
+    fn install_snapshot(&mut self, ready: &Ready) {
+        let snapshot = ready.snapshot().clone();
+        let metadata = snapshot.get_metadata();
+        let (index, term) = (metadata.index, metadata.term);
+        debug_assert!(index > self.snapshot_index, "a leader's snapshot moves forward");
+        if let Err(error) = self.durable.save_snapshot(index, term, metadata.get_conf_state()) {
+            fatal("WAL write failed", &error);
+        }
+        self.durable
+            .memory
+            .wl()
+            .apply_snapshot(snapshot)
+            .expect("a leader's snapshot is newer than our log");
+        self.snapshot_index = index;
+        self.next_to_apply = index + 1;
+        self.send_apply(ApplyInput::Restore { index, term });
+    }
+
+    /// Makes a Ready's entries and hard state durable. A failure stops the
+    /// member: going on could acknowledge writes that are not on disk.
+    fn persist(&mut self, entries: &[Entry], hard_state: Option<&HardState>) {
+        debug_assert!(
+            entries.windows(2).all(|pair| pair[1].index == pair[0].index + 1),
+            "a Ready's entries are contiguous"
+        );
+        debug_assert!(
+            entries
+                .first()
+                .is_none_or(|first| first.index <= self.durable.memory.last_index().unwrap_or(0) + 1),
+            "new entries leave no gap after the log"
+        );
+        debug_assert!(
+            hard_state.is_none_or(|hs| hs.commit >= self.durable.memory.rl().hard_state().commit),
+            "the commit index never goes back"
+        );
+        tracing::debug!(entries = entries.len(), "ready");
+        if let Err(error) = self.durable.persist(entries, hard_state) {
+            fatal("WAL write failed", &error);
+        }
+    }
+
+    /// Every `--snapshot-count` applied entries: flush the store, record a
+    /// snapshot at the applied index in the WAL and the marker, release the
+    /// WAL segments replay no longer needs, and compact raft's in-memory
+    /// log, keeping some entries for followers slightly behind.
+    fn maybe_snapshot(&mut self) {
+        let applied = self.status.applied();
+        let count = self.config.snapshot_count.max(1);
+        if applied < self.snapshot_index + count {
+            return;
+        }
+        let Ok(term) = self.log.term(applied) else { return };
+        if let Err(error) = self.store.flush() {
+            fatal("the store could not flush", &error);
+        }
+        let conf_state = self.log.conf_state();
+        if let Err(error) = self.durable.save_snapshot(applied, term, &conf_state) {
+            fatal("WAL write failed", &error);
+        }
+        if let Err(error) = self.marker.record(applied, term) {
+            fatal("the snapshot marker could not be written", &error);
+        }
+        let released = match self.durable.release_to(applied) {
+            Ok(released) => released,
+            Err(error) => fatal("the WAL could not release segments", &error),
+        };
+        let keep = count.min(SNAPSHOT_CATCH_UP_ENTRIES_MAX);
+        let first_kept = applied.saturating_sub(keep).max(1);
+        if let Err(error) = self.log.compact(first_kept) {
+            tracing::warn!(%error, "could not compact the in-memory log");
+        }
+        self.snapshot_index = applied;
+        tracing::info!(index = applied, term, released, first_kept, "took a snapshot");
+    }
+
+    fn send_committed(&mut self, entries: Vec<Entry>) {
+        let Some(first) = entries.first() else {
+            return;
+        };
+        debug_assert_eq!(
+            first.index, self.next_to_apply,
+            "committed entries follow the last ones"
+        );
+        debug_assert!(
+            entries.windows(2).all(|pair| pair[1].index == pair[0].index + 1),
+            "committed entries are contiguous"
+        );
+        self.next_to_apply = entries.last().map_or(self.next_to_apply, |last| last.index + 1);
+        tracing::debug!(entries = entries.len(), "committed");
+        self.send_apply(ApplyInput::Entries(entries));
+    }
+
+    fn send_apply(&mut self, input: ApplyInput) {
+        // The apply queue is bounded; blocking here slows raft to the
+        // store's pace, which is the backpressure wanted.
+        if self.apply.send(input).is_err() {
+            fatal("the apply stage stopped", &"its queue is closed");
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Goal: the raft loop, with the apply stage, a real store and a real WAL
+//! per member, works as a cluster without sockets: a proposal before any
+//! leader is refused with "no leader"; a leader is elected; proposals
+//! through the leader and through a follower commit and apply on every
+//! member; a follower's ReadIndex read sees every acknowledged write; when
+//! the leader is cut off the others elect a new one and take writes, and
+//! the old leader catches up once it is back.
+//!
+//! Method: three members in one process, as raft-rs's `five_mem_node`
+//! example runs them. Each has its own temporary data directory and its
+//! loop and apply stage on threads of their own; their outboxes deliver
+//! raft messages into each other's input queues through a `Network` that
+//! can cut a member off. Ticks are 10 ms, so an election takes a fraction
+//! of a second. Every wait is bounded.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use prost::Message as _;
+use raft::prelude::Message;
+
+use crate::apply::input::APPLY_QUEUE_CAPACITY;
+use crate::apply::stage::Stage;
+use crate::error::RequestError;
+use crate::member::lessor::Lessor;
+use crate::member::waiters::Waiters;
+use crate::member::watch_hub::WatchHub;
+use crate::proto::etcdserverpb as pb;
+use crate::proto::kvserverpb::{raft_request, RaftRequest};
+use crate::raft::input::{NodeInput, Outbox, NODE_INPUT_CAPACITY};
+use crate::raft::node::{Node, NodeConfig, NodeParts};
+use crate::raft::status::RaftStatus;
+use crate::storage::attributes::MemberAttributes;
+use crate::storage::durable_log::{DurableLog, LogOwner};
+use crate::storage::layout::DataDir;
+use crate::storage::marker::SnapshotMarker;
+
+/// Bounds every wait: an election or a commit takes well under a second
+/// at 10 ms ticks, even on a loaded machine.
+const WITHIN: Duration = Duration::from_secs(10);
+const TICK: Duration = Duration::from_millis(10);
+const VOTERS: [u64; 3] = [1, 2, 3];
+
+/// Delivers raft messages between members' input queues; a member cut
+/// off neither sends nor receives.
+#[derive(Clone, Default)]
+struct Network {
+    inputs: Arc<Mutex<HashMap<u64, SyncSender<NodeInput>>>>,
+    cut_off: Arc<Mutex<HashSet<u64>>>,
+}
+
+struct ChannelOutbox {
+    from: u64,
+    network: Network,
+}
+
+impl Outbox for ChannelOutbox {
+    fn send(&mut self, messages: Vec<Message>) {
+        let cut_off = self.network.cut_off.lock().clone();
+        let inputs = self.network.inputs.lock();
+        for message in messages {
+            if cut_off.contains(&self.from) || cut_off.contains(&message.to) {
+                continue;
+            }
+            if let Some(input) = inputs.get(&message.to) {
+                let _ = input.try_send(NodeInput::Message(Box::new(message)));
+            }
+        }
+    }
+}
+
+struct TestMember {
+    id: u64,
+    _dir: tempfile::TempDir,
+    input: SyncSender<NodeInput>,
+    status: Arc<RaftStatus>,
+    waiters: Arc<Waiters>,
+    store: Arc<mvcc::Store>,
+}
+
+fn start(id: u64, network: &Network) -> TestMember {
+    let temporary = tempfile::tempdir().unwrap();
+    let dir = DataDir::new(temporary.path().to_path_buf());
+    dir.create().unwrap();
+    let store = Arc::new(mvcc::Store::open(&dir.store()).unwrap());
+    let owner = LogOwner {
+        cluster_id: 1,
+        member_id: id,
+    };
+    let log = DurableLog::open(&dir, owner, VOTERS.to_vec(), &store).unwrap();
+    let marker = Arc::new(SnapshotMarker::new(dir.snapshot_marker(), 0));
+    let status = Arc::new(RaftStatus::default());
+    let waiters = Arc::new(Waiters::default());
+    let (input, inputs) = sync_channel(NODE_INPUT_CAPACITY);
+    let (apply, applies) = sync_channel(APPLY_QUEUE_CAPACITY);
+    network.inputs.lock().insert(id, input.clone());
+    let parts = NodeParts {
+        config: NodeConfig {
+            id,
+            tick_interval: TICK,
+            election_ticks: 10,
+            snapshot_count: 100_000,
+        },
+        log,
+        store: store.clone(),
+        status: status.clone(),
+        marker: marker.clone(),
+        outbox: Box::new(ChannelOutbox {
+            from: id,
+            network: network.clone(),
+        }),
+        apply,
+    };
+    let node = Node::new(parts, &crate::raft::logger::logger()).unwrap();
+    let stage = Stage {
+        member_id: id,
+        dir: dir.clone(),
+        store: store.clone(),
+        status: status.clone(),
+        waiters: waiters.clone(),
+        lessor: Arc::new(Lessor::default()),
+        watch_hub: Arc::new(WatchHub::default()),
+        attributes: Arc::new(MemberAttributes::load(dir.attributes())),
+        marker,
+    };
+    std::thread::spawn(move || stage.run(applies));
+    std::thread::spawn(move || node.run(inputs));
+    TestMember {
+        id,
+        _dir: temporary,
+        input,
+        status,
+        waiters,
+        store,
+    }
+}
+
+/// Puts `key` through `member`'s loop, as `Member::propose` does; the
+/// revision it applied at, or why it failed.
+async fn put(member: &TestMember, key: &str) -> Result<i64, RequestError> {
+    let (sequence, answer) = member.waiters.register();
+    let request = raft_request::Request::Put(pb::PutRequest {
+        key: key.as_bytes().to_vec(),
+        value: b"v".to_vec(),
+        ..Default::default()
+    });
+    let data = RaftRequest {
+        member: member.id,
+        sequence,
+        request: Some(request),
+    }
+    .encode_to_vec();
+    member.input.try_send(NodeInput::Propose { sequence, data }).unwrap();
+    let applied = tokio::time::timeout(WITHIN, answer)
+        .await
+        .expect("answered in time")
+        .unwrap()?;
+    match applied.response? {
+        mvcc::WriteResponse::Put(put) => Ok(put.revision),
+        other => panic!("a put answered {other:?}"),
+    }
+}
+
+/// A linearizable read's wait on `member`.
+async fn read_index(member: &TestMember) -> Result<(), RequestError> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    member.input.try_send(NodeInput::ReadIndex { reply }).unwrap();
+    tokio::time::timeout(WITHIN, answer)
+        .await
+        .expect("answered in time")
+        .unwrap()
+}
+
+/// Waits until `condition` holds, at most [`WITHIN`].
+async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + WITHIN;
+    while !condition() {
+        assert!(Instant::now() < deadline, "{what}: not within {WITHIN:?}");
+        tokio::time::sleep(TICK).await;
+    }
+}
+
+/// The leader the given members agree on, once they do.
+async fn agreed_leader(members: &[&TestMember]) -> u64 {
+    eventually("the members agree on a leader", || {
+        let leader = members[0].status.leader();
+        leader != 0 && members.iter().all(|m| m.status.leader() == leader)
+    })
+    .await;
+    members[0].status.leader()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_over_channels() {
+    let network = Network::default();
+    let members: Vec<TestMember> = VOTERS.iter().map(|&id| start(id, &network)).collect();
+    let by_id = |id: u64| members.iter().find(|m| m.id == id).unwrap();
+
+    assert!(
+        matches!(put(&members[0], "early").await, Err(RequestError::NoLeader)),
+        "a proposal before any election is refused"
+    );
+
+    let leader = agreed_leader(&members.iter().collect::<Vec<_>>()).await;
+    let mut last = 0;
+    for i in 0..20 {
+        last = put(by_id(leader), &format!("k{i}")).await.unwrap();
+    }
+    let follower = members.iter().find(|m| m.id != leader).unwrap();
+    last = last.max(put(follower, "through-a-follower").await.unwrap());
+    read_index(follower).await.unwrap();
+    assert!(
+        follower.store.current_revision() >= last,
+        "a read after ReadIndex sees every acknowledged write"
+    );
+    eventually("every member applied every write", || {
+        members.iter().all(|m| m.store.current_revision() == last)
+    })
+    .await;
+
+    network.cut_off.lock().insert(leader);
+    let others: Vec<&TestMember> = members.iter().filter(|m| m.id != leader).collect();
+    eventually("the others elect a new leader", || {
+        let new = others[0].status.leader();
+        new != 0 && new != leader && others.iter().all(|m| m.status.leader() == new)
+    })
+    .await;
+    let new_leader = by_id(others[0].status.leader());
+    let after_change = put(new_leader, "after-the-change").await.unwrap();
+    assert!(after_change > last);
+
+    network.cut_off.lock().clear();
+    eventually("the old leader catches up", || {
+        by_id(leader).store.current_revision() == after_change && by_id(leader).status.leader() == new_leader.id
+    })
+    .await;
+    network.inputs.lock().clear();
+}

@@ -1,0 +1,14 @@
+//! Running a member.
+//!
+//! - [`start`]: opens what is on disk, builds the member core and starts
+//!   the apply stage and the raft loop.
+//! - [`serve`]: the peer and client listeners, until a stop signal.
+//! - [`tasks`]: the background tasks.
+//! - [`listener`]: the client port's listener, bounded in connections.
+
+pub mod listener;
+pub mod serve;
+pub mod start;
+pub mod tasks;
+
+pub use start::run;

@@ -1,0 +1,114 @@
+//! Serving: the peer port (raft streams, snapshots, forwarded lease
+//! calls) and the client port (etcd's gRPC services, `/health` and
+//! `/version` on the same listener), then the background tasks, until
+//! SIGINT or SIGTERM.
+
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
+
+use tonic_health::ServingStatus;
+
+use crate::api::cluster::ClusterService;
+use crate::api::http;
+use crate::api::kv::KvService;
+use crate::api::lease::LeaseService;
+use crate::api::maintenance::MaintenanceService;
+use crate::api::peer::PeerService;
+use crate::api::watch::service::WatchService;
+use crate::config::{self, GRPC_OVERHEAD_BYTES};
+use crate::error::Error;
+use crate::member::core::Member;
+use crate::proto::etcdserverpb::cluster_server::ClusterServer;
+use crate::proto::etcdserverpb::kv_server::KvServer;
+use crate::proto::etcdserverpb::lease_server::LeaseServer;
+use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::proto::etcdserverpb::watch_server::WatchServer;
+use crate::raft::input::NodeInput;
+use crate::server::listener::{BoundedListener, CLIENT_CONNECTIONS_MAX};
+use crate::server::tasks;
+use crate::storage::layout::DataDir;
+
+/// Serves until SIGINT or SIGTERM.
+pub async fn serve(member: Arc<Member>, node: SyncSender<NodeInput>, dir: DataDir) -> Result<(), Error> {
+    serve_peers(&member, node, dir).await?;
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_service_status("", ServingStatus::NotServing).await;
+    serve_clients(&member, health_service).await?;
+    tasks::spawn(member, health);
+    shutdown_signal().await;
+    tracing::info!("stopping");
+    Ok(())
+}
+
+async fn bind(url: &str, flag: &'static str) -> Result<tokio::net::TcpListener, Error> {
+    let address = config::socket_addr(url).map_err(|reason| Error::Flag { flag, reason })?;
+    tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|source| Error::Listen {
+            url: url.to_string(),
+            source,
+        })
+}
+
+async fn serve_peers(member: &Arc<Member>, node: SyncSender<NodeInput>, dir: DataDir) -> Result<(), Error> {
+    for url in config::urls(&member.config.listen_peer_urls) {
+        let listener = bind(&url, "listen-peer-urls").await?;
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let service = PeerService {
+            node: node.clone(),
+            member: member.clone(),
+            dir: dir.clone(),
+        };
+        let peers = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(service.server());
+        tokio::spawn(async move {
+            if let Err(error) = peers.serve_with_incoming(incoming).await {
+                tracing::error!(%error, "peer server stopped");
+            }
+        });
+        tracing::info!(url, "serving peers");
+    }
+    Ok(())
+}
+
+async fn serve_clients(
+    member: &Arc<Member>,
+    health_service: tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+) -> Result<(), Error> {
+    let max_decoding = member.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let member_of = || member.clone();
+    let router = tonic::service::Routes::new(
+        KvServer::new(KvService { member: member_of() }).max_decoding_message_size(max_decoding),
+    )
+    .add_service(LeaseServer::new(LeaseService { member: member_of() }).max_decoding_message_size(max_decoding))
+    .add_service(WatchServer::new(WatchService { member: member_of() }).max_decoding_message_size(max_decoding))
+    .add_service(ClusterServer::new(ClusterService { member: member_of() }).max_decoding_message_size(max_decoding))
+    .add_service(
+        MaintenanceServer::new(MaintenanceService { member: member_of() }).max_decoding_message_size(max_decoding),
+    )
+    .add_service(health_service)
+    .into_axum_router()
+    .merge(http::routes(member_of()));
+    for url in config::urls(&member.config.listen_client_urls) {
+        let listener = bind(&url, "listen-client-urls").await?;
+        let router = router.clone();
+        let listener = BoundedListener::new(listener, CLIENT_CONNECTIONS_MAX);
+        tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, router).await {
+                tracing::error!(%error, "client server stopped");
+            }
+        });
+        tracing::info!(url, "serving clients");
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

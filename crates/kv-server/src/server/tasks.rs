@@ -1,0 +1,84 @@
+//! A member's background tasks, each a loop on the runtime: the gRPC
+//! health status, the store's size for the quota, publishing this
+//! member's client URLs, and (on the leader) revoking expired leases.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+use crate::config;
+use crate::member::core::Member;
+use crate::proto::kvserverpb::{raft_request, MemberAttributes};
+
+/// How often the gRPC health status follows whether a leader is known.
+const HEALTH_POLL: Duration = Duration::from_millis(100);
+/// How often the store's size on disk is sampled for the quota. sled
+/// lists its blob directory to answer, too costly per write; a write can
+/// overshoot the quota by what 100 ms of writes add, as etcd's can by what
+/// its backend buffers between commits.
+const DISK_SIZE_SAMPLE: Duration = Duration::from_millis(100);
+/// Pause between attempts to publish this member's client URLs.
+const PUBLISH_RETRY: Duration = Duration::from_millis(500);
+
+/// Starts every background task.
+pub fn spawn(member: Arc<Member>, health: HealthReporter) {
+    tokio::spawn(follow_health(member.clone(), health));
+    tokio::spawn(sample_disk_size(member.clone()));
+    tokio::spawn(publish_attributes(member.clone()));
+    tokio::spawn(member.revoke_expired_leases());
+}
+
+/// The gRPC health status: serving while a leader is known.
+async fn follow_health(member: Arc<Member>, health: HealthReporter) {
+    let mut serving = false;
+    loop {
+        let now = member.leader() != 0;
+        if now != serving {
+            let status = if now {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            health.set_service_status("", status).await;
+            serving = now;
+        }
+        tokio::time::sleep(HEALTH_POLL).await;
+    }
+}
+
+async fn sample_disk_size(member: Arc<Member>) {
+    loop {
+        match member.store.size_on_disk() {
+            Ok(bytes) => member.disk_bytes.store(bytes, Ordering::Release),
+            Err(error) => tracing::warn!(%error, "could not read the store's size"),
+        }
+        tokio::time::sleep(DISK_SIZE_SAMPLE).await;
+    }
+}
+
+/// Proposes this member's client URLs until it is applied once.
+async fn publish_attributes(member: Arc<Member>) {
+    let attributes = MemberAttributes {
+        id: member.member_id(),
+        name: member.config.name.clone(),
+        client_urls: config::urls(&member.config.advertise_client_urls),
+    };
+    loop {
+        match member
+            .propose(raft_request::Request::Attributes(attributes.clone()))
+            .await
+        {
+            Err(error) => {
+                tracing::debug!(%error, "publishing client URLs; will retry");
+                tokio::time::sleep(PUBLISH_RETRY).await;
+            }
+            Ok(_) => {
+                tracing::info!("published client URLs");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Raft's durable log: the WAL on disk, mirrored into raft-rs's in-memory
+//! `MemStorage`, which is what raft reads entries from.
+//!
+//! WAL entries carry the raft entry encoded by raft-rs; the WAL metadata
+//! holds the cluster and member ids, checked on every start so a data
+//! directory is never used by the wrong member. On start the log replays
+//! from the snapshot the marker records (`marker.rs`), after finishing the
+//! install of a received snapshot a crash cut short (`pending.rs`).
+
+use protobuf::Message as _;
+use raft::prelude::{ConfState, Entry, HardState};
+use raft::storage::{MemStorage, Storage};
+
+use crate::error::Error;
+use crate::storage::layout::DataDir;
+use crate::storage::marker::SnapshotMarker;
+use crate::storage::pending;
+
+/// Whose log this is: checked against the WAL's metadata on every start.
+#[derive(Debug, Clone, Copy)]
+pub struct LogOwner {
+    pub cluster_id: u64,
+    pub member_id: u64,
+}
+
+impl LogOwner {
+    fn metadata(self) -> Vec<u8> {
+        let mut bytes = self.cluster_id.to_be_bytes().to_vec();
+        bytes.extend_from_slice(&self.member_id.to_be_bytes());
+        bytes
+    }
+}
+
+pub struct DurableLog {
+    wal: wal::Wal,
+    /// What raft reads: the log's entries and hard state, in memory.
+    pub memory: MemStorage,
+    /// Index of the snapshot replay started from (0 for none).
+    pub snapshot_index: u64,
+}
+
+impl DurableLog {
+    /// Creates a new log for a new member, or replays the existing one,
+    /// first finishing the install of a snapshot a crash interrupted.
+    pub fn open(dir: &DataDir, owner: LogOwner, voters: Vec<u64>, store: &mvcc::Store) -> Result<DurableLog, Error> {
+        let memory = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
+        if !wal::Wal::exists(&dir.wal()) {
+            let wal = wal::Wal::create(&dir.wal(), wal::Options::default(), &owner.metadata())?;
+            return Ok(DurableLog {
+                wal,
+                memory,
+                snapshot_index: 0,
+            });
+        }
+        let (opened, (index, term)) = open_wal(dir, store)?;
+        let (wal, replay) = opened;
+        if replay.metadata != owner.metadata() {
+            return Err(Error::ForeignDataDir { dir: dir.wal() });
+        }
+        if index > 0 {
+            restore_snapshot_point(&memory, index, term)?;
+        }
+        if let Some(report) = &replay.repaired {
+            tracing::warn!(segment = %report.segment.display(), offset = report.offset, "WAL tail was torn and truncated");
+        }
+        load_replay(&memory, &replay, index)?;
+        Ok(DurableLog {
+            wal,
+            memory,
+            snapshot_index: index,
+        })
+    }
+
+    /// Makes `entries` and `hard_state` durable with one WAL write and one
+    /// fdatasync, then hands them to raft's memory. A WAL failure is fatal
+    /// to the member: the caller stops the process.
+    pub fn persist(&mut self, entries: &[Entry], hard_state: Option<&HardState>) -> Result<(), wal::Error> {
+        if entries.is_empty() && hard_state.is_none() {
+            return Ok(());
+        }
+        let wal_entries: Vec<wal::Entry> = entries
+            .iter()
+            .map(|e| wal::Entry {
+                index: e.index,
+                term: e.term,
+                data: e.write_to_bytes().expect("raft entries encode"),
+            })
+            .collect();
+        let wal_hard_state = hard_state.map(|hs| wal::HardState {
+            term: hs.term,
+            vote: hs.vote,
+            commit: hs.commit,
+        });
+        self.wal.save(&wal_entries, wal_hard_state.as_ref())?;
+        let mut core = self.memory.wl();
+        if !entries.is_empty() {
+            core.append(entries).expect("entries follow the log");
+        }
+        if let Some(hs) = hard_state {
+            core.set_hardstate(hs.clone());
+        }
+        Ok(())
+    }
+
+    /// Records a snapshot at `index` in the WAL, durably.
+    pub fn save_snapshot(&mut self, index: u64, term: u64, conf_state: &ConfState) -> Result<(), wal::Error> {
+        self.wal.save_snapshot(&snapshot_record(index, term, conf_state))
+    }
+
+    /// Removes the WAL segments that replay from a snapshot at `index` no
+    /// longer reads; returns how many.
+    pub fn release_to(&mut self, index: u64) -> Result<usize, wal::Error> {
+        self.wal.release_to(index)
+    }
+}
+
+type Opened = (wal::Wal, wal::Replay);
+
+/// Opens the WAL at the snapshot to replay from: a pending snapshot newer
+/// than the marker if the WAL holds its record (installing it first),
+/// otherwise the marker's. Returns the WAL and the snapshot's (index, term).
+fn open_wal(dir: &DataDir, store: &mvcc::Store) -> Result<(Opened, (u64, u64)), Error> {
+    let (index, term) = SnapshotMarker::read(&dir.snapshot_marker())?;
+    let newest = pending::list(dir).pop().filter(|pending| pending.index > index);
+    let mut opened = None;
+    if let Some(pending) = newest {
+        let position = wal::SnapshotPosition {
+            index: pending.index,
+            term: pending.term,
+        };
+        match wal::Wal::open(&dir.wal(), wal::Options::default(), position) {
+            Ok(found) => {
+                pending::finish_install(dir, store, &pending)?;
+                opened = Some((found, (pending.index, pending.term)));
+            }
+            Err(wal::Error::SnapshotNotFound { .. }) => {
+                tracing::info!(index = pending.index, "dropping a received snapshot raft never took");
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    pending::remove_through(dir, u64::MAX);
+    if store.is_restoring()? {
+        return Err(Error::PartialRestore {
+            dir: dir.root().to_path_buf(),
+        });
+    }
+    match opened {
+        Some(found) => Ok(found),
+        None => {
+            let position = wal::SnapshotPosition { index, term };
+            Ok((
+                wal::Wal::open(&dir.wal(), wal::Options::default(), position)?,
+                (index, term),
+            ))
+        }
+    }
+}
+
+/// Tells raft's memory the log starts after the snapshot at `index`.
+fn restore_snapshot_point(memory: &MemStorage, index: u64, term: u64) -> Result<(), Error> {
+    let mut snapshot = raft::prelude::Snapshot::default();
+    snapshot.mut_metadata().index = index;
+    snapshot.mut_metadata().term = term;
+    let conf_state = memory.initial_state()?.conf_state;
+    snapshot.mut_metadata().set_conf_state(conf_state);
+    memory.wl().apply_snapshot(snapshot)?;
+    Ok(())
+}
+
+/// Loads the replayed entries and hard state into raft's memory.
+fn load_replay(memory: &MemStorage, replay: &wal::Replay, snapshot_index: u64) -> Result<(), Error> {
+    let entries = replay
+        .entries
+        .iter()
+        .map(|e| {
+            Entry::parse_from_bytes(&e.data).map_err(|error| Error::BadWalEntry {
+                index: e.index,
+                reason: error.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut hard_state = HardState::default();
+    hard_state.term = replay.hard_state.term;
+    hard_state.vote = replay.hard_state.vote;
+    // A snapshot holds only committed entries, so its index is committed
+    // even when the WAL's last hard state says less: a save that only
+    // moves the commit index is not synced (the WAL's MustSync rule), so a
+    // crash after installing a snapshot can lose it, and raft refuses a
+    // commit index below its snapshot.
+    hard_state.commit = replay.hard_state.commit.max(snapshot_index);
+    {
+        let mut core = memory.wl();
+        core.append(&entries)?;
+        core.set_hardstate(hard_state);
+    }
+    tracing::info!(
+        entries = entries.len(),
+        commit = replay.hard_state.commit,
+        "replayed the WAL"
+    );
+    Ok(())
+}
+
+/// The WAL's record of a raft snapshot at `index`.
+fn snapshot_record(index: u64, term: u64, conf_state: &ConfState) -> wal::SnapshotMeta {
+    wal::SnapshotMeta {
+        index,
+        term,
+        conf_state: wal::ConfState {
+            voters: conf_state.voters.clone(),
+            learners: conf_state.learners.clone(),
+            ..wal::ConfState::default()
+        },
+    }
+}

@@ -1,0 +1,111 @@
+//! Every path inside a member's data directory, in one place. Nothing else
+//! in the crate spells a file name.
+//!
+//! ```text
+//! <data-dir>/member/
+//!     wal/                      the WAL's segments (etcd's layout)
+//!     kv/                       the MVCC store (sled)
+//!     snap                      the snapshot marker (marker.rs)
+//!     attributes.json           members' published client URLs (attributes.rs)
+//!     snap-<index>-<term>.db    a snapshot received from the leader, pending
+//!     snap-in-<index>.tmp       a snapshot being received
+//!     snap-out-<peer>.tmp       a snapshot being sent to a peer
+//! ```
+//!
+//! Indexes, terms and peer ids in names are lowercase hex, the first two
+//! zero-padded to 16 digits so names sort by index.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::Error;
+
+/// A member's data directory.
+#[derive(Debug, Clone)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    pub fn new(root: PathBuf) -> DataDir {
+        DataDir { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Creates the `member` directory if it is missing.
+    pub fn create(&self) -> Result<(), Error> {
+        let member = self.member();
+        std::fs::create_dir_all(&member).map_err(Error::io(member))
+    }
+
+    /// The directory holding everything else.
+    pub fn member(&self) -> PathBuf {
+        self.root.join("member")
+    }
+
+    pub fn wal(&self) -> PathBuf {
+        self.member().join("wal")
+    }
+
+    pub fn store(&self) -> PathBuf {
+        self.member().join("kv")
+    }
+
+    pub fn snapshot_marker(&self) -> PathBuf {
+        self.member().join("snap")
+    }
+
+    pub fn attributes(&self) -> PathBuf {
+        self.member().join("attributes.json")
+    }
+
+    /// The pending snapshot file for raft index `index` at `term`.
+    pub fn pending_snapshot(&self, index: u64, term: u64) -> PathBuf {
+        self.member().join(format!("snap-{index:016x}-{term:016x}.db"))
+    }
+
+    /// A snapshot for `index` while it is being received.
+    pub fn incoming_snapshot(&self, index: u64) -> PathBuf {
+        self.member().join(format!("snap-in-{index:016x}.tmp"))
+    }
+
+    /// The store's dump while it is being sent to `peer`.
+    pub fn outgoing_snapshot(&self, peer: u64) -> PathBuf {
+        self.member().join(format!("snap-out-{peer:x}.tmp"))
+    }
+
+    /// The (index, term) of a pending snapshot file's name, if it is one.
+    pub fn parse_pending_snapshot(name: &str) -> Option<(u64, u64)> {
+        let rest = name.strip_prefix("snap-")?.strip_suffix(".db")?;
+        let (index, term) = rest.split_once('-')?;
+        Some((
+            u64::from_str_radix(index, 16).ok()?,
+            u64::from_str_radix(term, 16).ok()?,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Goal: a pending snapshot's name gives back its index and term, and
+    // the other snapshot files do not parse as pending ones.
+    #[test]
+    fn pending_snapshot_names_round_trip() {
+        let dir = DataDir::new(PathBuf::from("/d"));
+        let path = dir.pending_snapshot(0x2a, 7);
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert_eq!(DataDir::parse_pending_snapshot(name), Some((0x2a, 7)));
+        for other in [
+            dir.incoming_snapshot(0x2a),
+            dir.outgoing_snapshot(5),
+            dir.snapshot_marker(),
+        ] {
+            let name = other.file_name().unwrap().to_str().unwrap();
+            assert_eq!(DataDir::parse_pending_snapshot(name), None, "{name}");
+        }
+    }
+}
