@@ -193,8 +193,19 @@ fn progress_bar(total: u64) -> Option<indicatif::ProgressBar> {
     Some(bar)
 }
 
-/// Runs `workload` against `target` and reports.
-pub async fn run(target: &Target, workload: &Workload, rate: u64) -> Result<Report, String> {
+/// What every client of a run shares: the requests still to send, the
+/// pace, and the progress bar.
+#[derive(Clone)]
+struct Shared {
+    requests: Arc<Mutex<Requests>>,
+    limiter: Option<Arc<RateLimiter>>,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+/// Latencies and errors (by message) one worker saw.
+type Outcomes = (hdrhistogram::Histogram<u64>, BTreeMap<String, u64>);
+
+fn check_target(target: &Target) -> Result<(), String> {
     if target.clients == 0 || target.clients > CLIENTS_MAX {
         return Err(format!("--clients must be 1 to {CLIENTS_MAX}"));
     }
@@ -204,6 +215,12 @@ pub async fn run(target: &Target, workload: &Workload, rate: u64) -> Result<Repo
     if target.endpoints.is_empty() {
         return Err("no --endpoints".into());
     }
+    Ok(())
+}
+
+/// `--conns` connections, round-robin over the endpoints (or all to the
+/// leader), each with the origin its requests name.
+async fn open_connections(target: &Target) -> Result<Vec<(Connection, http::Uri)>, String> {
     let endpoints = if target.target_leader {
         leader_endpoints(&target.endpoints).await?
     } else {
@@ -215,10 +232,18 @@ pub async fn run(target: &Target, workload: &Workload, rate: u64) -> Result<Repo
         let origin: http::Uri = endpoint_url(endpoint).parse().map_err(|e| format!("{endpoint}: {e}"))?;
         conns.push((Connection::open(endpoint, CONNECT_TIMEOUT).await, origin));
     }
-    let requests: Arc<Mutex<Requests>> = Arc::new(Mutex::new(workload.requests()?));
-    let limiter = (rate > 0).then(|| Arc::new(RateLimiter::new(rate)));
-    let bar = progress_bar(workload.total());
+    Ok(conns)
+}
 
+/// Runs `workload` against `target` and reports.
+pub async fn run(target: &Target, workload: &Workload, rate: u64) -> Result<Report, String> {
+    check_target(target)?;
+    let conns = open_connections(target).await?;
+    let shared = Shared {
+        requests: Arc::new(Mutex::new(workload.requests()?)),
+        limiter: (rate > 0).then(|| Arc::new(RateLimiter::new(rate))),
+        bar: progress_bar(workload.total()),
+    };
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(target.clients);
@@ -232,44 +257,7 @@ pub async fn run(target: &Target, workload: &Workload, rate: u64) -> Result<Repo
                 KvClient::with_origin(connection, origin).max_decoding_message_size(MAX_RESPONSE_BYTES)
             })
             .collect();
-        let requests = requests.clone();
-        let limiter = limiter.clone();
-        let bar = bar.clone();
-        handles.push(tokio::spawn(async move {
-            // Only this task touches them; the locks are never contended
-            // and only satisfy the runtime's need for `Send` futures.
-            let latencies = Mutex::new(new_histogram());
-            let errors: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
-            let client_loops = clients.into_iter().map(|mut client| {
-                let (requests, limiter, bar, latencies, errors) = (&requests, &limiter, &bar, &latencies, &errors);
-                async move {
-                    loop {
-                        let Some(request) = requests.lock().next() else { break };
-                        if let Some(limiter) = limiter {
-                            limiter.wait().await;
-                        }
-                        let start = Instant::now();
-                        let outcome = tokio::time::timeout(REQUEST_TIMEOUT, send(&mut client, request)).await;
-                        match outcome {
-                            Ok(Ok(())) => {
-                                let nanos = start.elapsed().as_nanos().max(1) as u64;
-                                latencies.lock().record(nanos).expect("histograms grow as needed");
-                            }
-                            Ok(Err(message)) => *errors.lock().entry(message).or_default() += 1,
-                            Err(_) => {
-                                let message = format!("loadgen: no answer within {}s", REQUEST_TIMEOUT.as_secs());
-                                *errors.lock().entry(message).or_default() += 1;
-                            }
-                        }
-                        if let Some(bar) = bar {
-                            bar.inc(1);
-                        }
-                    }
-                }
-            });
-            futures_util::future::join_all(client_loops).await;
-            (latencies.into_inner(), errors.into_inner())
-        }));
+        handles.push(tokio::spawn(run_worker(clients, shared.clone())));
     }
     let mut latencies = new_histogram();
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
@@ -281,8 +269,56 @@ pub async fn run(target: &Target, workload: &Workload, rate: u64) -> Result<Repo
         }
     }
     let total = started.elapsed();
-    if let Some(bar) = bar {
+    if let Some(bar) = &shared.bar {
         bar.finish();
     }
     Ok(Report::new(total, &latencies, errors))
+}
+
+/// One worker task: its clients, each with one request in flight, until
+/// the requests run out.
+async fn run_worker(clients: Vec<KvClient<Connection>>, shared: Shared) -> Outcomes {
+    // Only this task touches them; the locks are never contended and only
+    // satisfy the runtime's need for `Send` futures.
+    let latencies = Mutex::new(new_histogram());
+    let errors: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+    let client_loops = clients
+        .into_iter()
+        .map(|client| run_client(client, &shared, &latencies, &errors));
+    futures_util::future::join_all(client_loops).await;
+    (latencies.into_inner(), errors.into_inner())
+}
+
+/// One client: takes the next request, waits for the pace, sends it and
+/// records its latency or its error, until none are left.
+async fn run_client(
+    mut client: KvClient<Connection>,
+    shared: &Shared,
+    latencies: &Mutex<hdrhistogram::Histogram<u64>>,
+    errors: &Mutex<BTreeMap<String, u64>>,
+) {
+    loop {
+        let Some(request) = shared.requests.lock().next() else {
+            break;
+        };
+        if let Some(limiter) = &shared.limiter {
+            limiter.wait().await;
+        }
+        let start = Instant::now();
+        let outcome = tokio::time::timeout(REQUEST_TIMEOUT, send(&mut client, request)).await;
+        match outcome {
+            Ok(Ok(())) => {
+                let nanos = start.elapsed().as_nanos().max(1) as u64;
+                latencies.lock().record(nanos).expect("histograms grow as needed");
+            }
+            Ok(Err(message)) => *errors.lock().entry(message).or_default() += 1,
+            Err(_) => {
+                let message = format!("loadgen: no answer within {}s", REQUEST_TIMEOUT.as_secs());
+                *errors.lock().entry(message).or_default() += 1;
+            }
+        }
+        if let Some(bar) = &shared.bar {
+            bar.inc(1);
+        }
+    }
 }

@@ -28,7 +28,7 @@ use std::path::Path;
 use clap::Parser;
 use serde::Serialize;
 
-use cli::{Cli, Command};
+use cli::{Cli, Command, CompareArgs, PutArgs, RangeArgs, TxnPutArgs};
 use engine::Target;
 use workload::{PutSpec, RangeSpec, TxnPutSpec, Workload};
 
@@ -54,68 +54,11 @@ fn read_matrix(path: &Path) -> Result<matrix::MatrixResult, String> {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
-    let global = &cli.global;
-    let target = Target {
-        endpoints: global.endpoints.clone(),
-        conns: global.conns,
-        clients: global.clients,
-        target_leader: global.target_leader,
-    };
+    let global = cli.global;
     let (workload, rate) = match cli.command {
-        Command::Put(args) => (
-            Workload::Put(PutSpec {
-                total: args.total,
-                key_size: args.key_size,
-                val_size: args.val_size,
-                sequential_keys: args.sequential_keys,
-                key_space_size: args.key_space_size,
-            }),
-            args.rate,
-        ),
-        Command::Range(args) => {
-            let serializable = match args.consistency.as_str() {
-                "l" => false,
-                "s" => true,
-                other => return Err(format!("--consistency must be l or s, not {other:?}")),
-            };
-            println!(
-                "bench with {} range",
-                if serializable { "serializable" } else { "linearizable" }
-            );
-            let (key, end) = if args.from_key {
-                // etcd's clients: from an empty key means from the first.
-                let key = if args.key.is_empty() {
-                    vec![0]
-                } else {
-                    args.key.into_bytes()
-                };
-                (key, vec![0])
-            } else {
-                (args.key.into_bytes(), args.end.unwrap_or_default().into_bytes())
-            };
-            (
-                Workload::Range(RangeSpec {
-                    total: args.total,
-                    key,
-                    end,
-                    serializable,
-                    limit: args.limit,
-                    count_only: args.count_only,
-                    expect_count: args.expect_count,
-                }),
-                args.rate,
-            )
-        }
-        Command::TxnPut(args) => (
-            Workload::TxnPut(TxnPutSpec {
-                total: args.total,
-                key_size: args.key_size,
-                val_size: args.val_size,
-                txn_ops: args.txn_ops,
-                key_space_size: args.key_space_size,
-            }),
-            args.rate,
-        ),
+        Command::Put(args) => put_workload(args),
+        Command::Range(args) => range_workload(args)?,
+        Command::TxnPut(args) => txn_put_workload(args),
         Command::Matrix(args) => {
             let result = matrix::run(&global.endpoints, args.scale, &args.rss_pids, &args.label).await?;
             println!("\n{}", matrix::markdown(&result));
@@ -124,16 +67,13 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
             return Ok(());
         }
-        Command::Compare(args) => {
-            let baseline = read_matrix(&args.baseline)?;
-            let candidate = read_matrix(&args.candidate)?;
-            compare::check(&baseline, &candidate)?;
-            print!("{}", compare::markdown(&baseline, &candidate));
-            if let Some(path) = &args.svg {
-                compare::chart(&baseline, &candidate, path)?;
-            }
-            return Ok(());
-        }
+        Command::Compare(args) => return compare_files(&args),
+    };
+    let target = Target {
+        endpoints: global.endpoints.clone(),
+        conns: global.conns,
+        clients: global.clients,
+        target_leader: global.target_leader,
     };
     let report = engine::run(&target, &workload, rate).await?;
     print!("{}", report.render());
@@ -150,6 +90,76 @@ async fn run(cli: Cli) -> Result<(), String> {
                 report: &report,
             },
         )?;
+    }
+    Ok(())
+}
+
+/// A put run and its rate.
+fn put_workload(args: PutArgs) -> (Workload, u64) {
+    let spec = PutSpec {
+        total: args.total,
+        key_size: args.key_size,
+        val_size: args.val_size,
+        sequential_keys: args.sequential_keys,
+        key_space_size: args.key_space_size,
+    };
+    (Workload::Put(spec), args.rate)
+}
+
+/// A range run and its rate; prints etcd's tool's first line.
+fn range_workload(args: RangeArgs) -> Result<(Workload, u64), String> {
+    let serializable = match args.consistency.as_str() {
+        "l" => false,
+        "s" => true,
+        other => return Err(format!("--consistency must be l or s, not {other:?}")),
+    };
+    println!(
+        "bench with {} range",
+        if serializable { "serializable" } else { "linearizable" }
+    );
+    let (key, end) = if args.from_key {
+        // etcd's clients: from an empty key means from the first.
+        let key = if args.key.is_empty() {
+            vec![0]
+        } else {
+            args.key.into_bytes()
+        };
+        (key, vec![0])
+    } else {
+        (args.key.into_bytes(), args.end.unwrap_or_default().into_bytes())
+    };
+    let spec = RangeSpec {
+        total: args.total,
+        key,
+        end,
+        serializable,
+        limit: args.limit,
+        count_only: args.count_only,
+        expect_count: args.expect_count,
+    };
+    Ok((Workload::Range(spec), args.rate))
+}
+
+/// A txn-put run and its rate.
+fn txn_put_workload(args: TxnPutArgs) -> (Workload, u64) {
+    let spec = TxnPutSpec {
+        total: args.total,
+        key_size: args.key_size,
+        val_size: args.val_size,
+        txn_ops: args.txn_ops,
+        key_space_size: args.key_space_size,
+    };
+    (Workload::TxnPut(spec), args.rate)
+}
+
+/// `loadgen compare`: two matrix results side by side, and a chart.
+fn compare_files(args: &CompareArgs) -> Result<(), String> {
+    let baseline = read_matrix(&args.baseline)?;
+    let candidate = read_matrix(&args.candidate)?;
+    compare::check(&baseline, &candidate)?;
+    print!("{}", compare::markdown(&baseline, &candidate));
+    if let Some(path) = &args.svg {
+        compare::chart(&baseline, &candidate, path)?;
     }
     Ok(())
 }

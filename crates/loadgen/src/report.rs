@@ -86,6 +86,30 @@ fn percentile(histogram: &Histogram<u64>, percent: f64) -> u64 {
     value_at_rank(histogram, rank.min(n.saturating_sub(1)))
 }
 
+/// etcd's 11-bucket histogram: ten equal steps from the fastest to the
+/// slowest, then the slowest; each latency counts in the first bucket
+/// whose end is at or above it.
+fn buckets(recorded: &[(u64, u64)], fastest: u64, slowest: u64) -> Vec<Bucket> {
+    let width = (slowest - fastest) as f64 / 10.0;
+    let mut ends: Vec<f64> = (0..10).map(|i| fastest as f64 + width * i as f64).collect();
+    ends.push(slowest as f64);
+    let mut counts = [0u64; 11];
+    let mut bucket = 0;
+    for &(value, count) in recorded {
+        while bucket < 10 && value as f64 > ends[bucket] {
+            bucket += 1;
+        }
+        counts[bucket] += count;
+    }
+    ends.iter()
+        .zip(counts)
+        .map(|(&end, count)| Bucket {
+            le_secs: end / 1e9,
+            count,
+        })
+        .collect()
+}
+
 impl Report {
     /// Computes the report of a run that took `total` and recorded these
     /// successful latencies and these errors.
@@ -142,25 +166,7 @@ impl Report {
         report.p99_secs = secs(percentile(latencies, 99.0));
         report.p9999_secs = secs(percentile(latencies, 99.99));
 
-        let width = (slowest - fastest) as f64 / 10.0;
-        let mut ends: Vec<f64> = (0..10).map(|i| fastest as f64 + width * i as f64).collect();
-        ends.push(slowest as f64);
-        let mut counts = [0u64; 11];
-        let mut bucket = 0;
-        for &(value, count) in &recorded {
-            while bucket < 10 && value as f64 > ends[bucket] {
-                bucket += 1;
-            }
-            counts[bucket] += count;
-        }
-        report.histogram = ends
-            .iter()
-            .zip(counts)
-            .map(|(&end, count)| Bucket {
-                le_secs: end / 1e9,
-                count,
-            })
-            .collect();
+        report.histogram = buckets(&recorded, fastest, slowest);
         report
     }
 

@@ -73,7 +73,9 @@ pub(crate) struct Recovered {
     pub last_index: u64,
 }
 
-pub(crate) fn recover(dir: &Path, at: SnapshotPosition) -> Result<Recovered> {
+/// The segments replay from a snapshot at `at` reads: the last one that
+/// starts at or before it and every one after, with no sequence gap.
+fn segments_from(dir: &Path, at: SnapshotPosition) -> Result<Vec<SegmentName>> {
     let names = segment::list(dir)?;
     if names.is_empty() {
         return Err(Error::NoSegments(dir.to_path_buf()));
@@ -94,7 +96,11 @@ pub(crate) fn recover(dir: &Path, at: SnapshotPosition) -> Result<Recovered> {
             });
         }
     }
+    Ok(names)
+}
 
+pub(crate) fn recover(dir: &Path, at: SnapshotPosition) -> Result<Recovered> {
+    let names = segments_from(dir, at)?;
     let mut state = State {
         at,
         metadata: None,
