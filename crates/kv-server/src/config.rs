@@ -71,11 +71,11 @@ pub struct Config {
     #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = mvcc::validate::MAX_TXN_OPS_DEFAULT)]
     pub max_txn_ops: usize,
     /// Heartbeat interval in milliseconds (one raft tick).
-    #[arg(long, env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
-    pub heartbeat_interval: u64,
+    #[arg(long = "heartbeat-interval", env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
+    pub heartbeat_interval_ms: u64,
     /// Election timeout in milliseconds.
-    #[arg(long, env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
-    pub election_timeout: u64,
+    #[arg(long = "election-timeout", env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
+    pub election_timeout_ms: u64,
     /// How often a watcher created with `progress_notify` hears the
     /// revision it has reached while nothing happens (etcd's default 10m).
     #[arg(
@@ -103,13 +103,18 @@ impl Config {
             .unwrap_or_else(|| PathBuf::from(format!("{}.etcd", self.name)))
     }
 
+    /// One raft tick: the heartbeat interval.
     pub fn tick_interval(&self) -> Duration {
-        Duration::from_millis(self.heartbeat_interval.max(1))
+        Duration::from_millis(self.heartbeat_interval_ms.max(1))
+    }
+
+    pub fn election_timeout(&self) -> Duration {
+        Duration::from_millis(self.election_timeout_ms.max(1))
     }
 
     /// Ticks without hearing from a leader before a follower campaigns.
     pub fn election_ticks(&self) -> usize {
-        (self.election_timeout / self.heartbeat_interval.max(1)).max(2) as usize
+        (self.election_timeout_ms / self.heartbeat_interval_ms.max(1)).max(2) as usize
     }
 }
 

@@ -41,7 +41,7 @@ pub(crate) mod apply;
 pub mod config;
 pub(crate) mod error;
 pub(crate) mod member;
-pub mod membership;
+pub(crate) mod membership;
 pub(crate) mod peer;
 pub mod proto;
 pub(crate) mod raft;

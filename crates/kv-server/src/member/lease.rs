@@ -38,7 +38,7 @@ pub const WAIT_APPLIED_TIMEOUT: Duration = Duration::from_secs(1);
 /// The shortest TTL granted, in seconds: etcd's one and a half election
 /// timeouts, rounded up, so a lease cannot expire during a leader change.
 pub fn min_ttl(config: &Config) -> i64 {
-    let millis = (3 * config.election_ticks() as u64 / 2) * config.heartbeat_interval.max(1);
+    let millis = (3 * config.election_ticks() as u64 / 2) * config.heartbeat_interval_ms.max(1);
     millis.div_ceil(1000) as i64
 }
 
@@ -53,7 +53,7 @@ impl Member {
     /// following a change of role (see `Lessor::sync`).
     fn lessor_sync(&self) -> bool {
         let leading = self.leader() == self.member_id();
-        let extend = Duration::from_millis(self.config.election_timeout);
+        let extend = self.config.election_timeout();
         self.lessor
             .sync(leading, self.status.term(), extend, || self.store.leases())
     }
@@ -214,7 +214,7 @@ mod tests {
         use clap::Parser as _;
         let mut config = Config::parse_from(["kv-server"]);
         assert_eq!(min_ttl(&config), 2);
-        config.election_timeout = 5000;
+        config.election_timeout_ms = 5000;
         assert_eq!(min_ttl(&config), 8);
     }
 }

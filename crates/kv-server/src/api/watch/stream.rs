@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use prost::Message as _;
 use tokio::sync::{broadcast, mpsc};
@@ -113,7 +112,7 @@ impl WatchStream {
     ) {
         let interval = self.member.config.experimental_watch_progress_notify_interval;
         let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-        let election = Duration::from_millis(self.member.config.election_timeout.max(1));
+        let election = self.member.config.election_timeout();
         let mut leader_check = tokio::time::interval_at(tokio::time::Instant::now() + election, election);
         let mut no_leader_checks = 0;
         // etcd keeps serving a stream whose client closed its sending side.
