@@ -94,9 +94,19 @@ impl Stage {
         }
         let batch = self.decode_batch(&entries, already);
         // Tests stall the apply stage here (`kv::apply=1*sleep(ms)`) to hold
-        // the applied index still while raft commits more.
+        // the applied index still while raft commits more; the robustness
+        // suite crashes the member around the apply.
         fail::fail_point!("kv::apply");
+        fail::fail_point!("kv::crash_before_apply", |_| std::process::abort());
         let applied = self.apply_to_store(last_index, &batch.requests);
+        fail::fail_point!("kv::crash_after_apply", |_| std::process::abort());
+        if batch
+            .requests
+            .iter()
+            .any(|r| matches!(r, mvcc::WriteRequest::Compaction(_)))
+        {
+            fail::fail_point!("kv::crash_after_compact", |_| std::process::abort());
+        }
         self.answer(batch.outcomes, applied);
         debug_assert!(last_index > self.status.applied(), "the applied index moves forward");
         self.status.set_applied(last_index);
