@@ -215,9 +215,15 @@ async fn crash_at(cluster: &mut Cluster, random: &mut StdRng, point: &str, compa
         _ => random.random_range(1..40),
     };
     cluster.kill(target);
-    // Away long enough that the others move on and, at times, it needs a
-    // snapshot to catch up.
-    tokio::time::sleep(FAULT_FOR).await;
+    // Away long enough that the others move on; for the install crash
+    // point, long enough that it needs a snapshot to catch up (more than
+    // the 1,000 entries the leader keeps for followers behind).
+    let away = if point == "kv::restore" {
+        FAULT_FOR * 3
+    } else {
+        FAULT_FOR
+    };
+    tokio::time::sleep(away).await;
     let armed = vec![("FAILPOINTS".to_string(), format!("{point}={skip}*off->return"))];
     cluster.spawn(target, &armed).map_err(|e| e.to_string())?;
     if point == "kv::crash_after_compact" {

@@ -88,7 +88,7 @@ async fn run_rounds(args: &Args, cluster: &mut Cluster, dir: &std::path::Path) -
         };
         let outcome = round::run(cluster, &spec).await;
         println!(
-            "round {round} seed={seed} fault={:?} ({}) ops={} unknown={} events={} violations={} undecided={} lost_writes={} watch_violations={} nonconverged={} crashed={}",
+            "round {round} seed={seed} fault={:?} ({}) ops={} unknown={} events={} violations={} undecided={} lost_writes={} watch_violations={} nonconverged={} crashed={} seconds={:.1}/{:.1}/{:.1}/{:.1}",
             fault,
             outcome.fault,
             outcome.operations,
@@ -99,7 +99,11 @@ async fn run_rounds(args: &Args, cluster: &mut Cluster, dir: &std::path::Path) -
             outcome.lost_writes,
             outcome.watch_violations,
             outcome.nonconverged,
-            outcome.crashed
+            outcome.crashed,
+            outcome.phases[0],
+            outcome.phases[1],
+            outcome.phases[2],
+            outcome.phases[3]
         );
         for detail in outcome.details.iter().take(10) {
             println!("    {detail}");
