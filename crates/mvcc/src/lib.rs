@@ -12,6 +12,8 @@
 //! - [`txn`]: compares and branch execution, against the traits only.
 //! - [`validate`]: etcd's request checks, including the duplicate-key rule.
 //! - [`hash`]: HashKV's hash, byte for byte as etcd computes it.
+//! - [`block`]: stored revisions, many to a sled value: the layout.
+//! - [`records`]: finding, visiting, writing and dropping stored revisions.
 //! - [`store`]: the sled implementation: open, apply, read, compact, hash.
 //! - [`error`]: errors with etcd's gRPC codes and messages.
 //!
@@ -27,18 +29,21 @@
 //! so that one `sled::Batch` updates all of them atomically:
 //!
 //! ```text
-//! 'k' + revision bytes (17, or 18 with 't' for a tombstone)
-//!       -> stored key-value (see key_value.rs)
+//! 'b' + first revision (main u64 BE, sub u64 BE)
+//!       -> a block of stored revisions (see block.rs)
 //! 'm' + "consistent_index"  -> raft index of the last applied batch, i64 BE
 //! 'm' + "current_revision"  -> the newest revision, i64 BE
 //! 'm' + "compact_revision"  -> revisions below this are gone, i64 BE
 //! 'l' + lease id, i64 BE    -> granted TTL in seconds, i64 BE
 //! ```
 //!
-//! Scanning `'k'` visits revisions in order, which is how the in-memory
+//! Scanning `'b'` visits revisions in order, which is how the in-memory
 //! index is rebuilt on open and how HashKV walks history. The revisions
-//! stored are exactly those in the index's histories: compaction removes
-//! from storage what it drops from the index.
+//! stored are exactly those in the index's histories: compaction rewrites
+//! the blocks it touches without what it drops from the index. Each apply
+//! batch's revisions go into blocks of up to 4 KiB, because sled costs
+//! about the same per key inserted whatever the value's size (see
+//! block.rs).
 //!
 //! # Durability
 //! The WAL, not this store, is the durable record. [`Store::apply`] applies
@@ -49,6 +54,7 @@
 //! [`Store::consistent_index`]. [`Store::flush`] makes everything durable
 //! and must run before the server releases WAL segments.
 
+pub mod block;
 pub mod error;
 pub mod hash;
 pub mod index;
@@ -57,6 +63,7 @@ pub mod key_value;
 pub mod kv;
 pub mod lease;
 pub mod range;
+pub mod records;
 pub mod request;
 pub mod revision;
 pub mod store;

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::RwLock;
 
+use crate::block::Record;
 use crate::error::{Error, Result};
 use crate::hash::{Hasher, KeyValueHash, COMPACTION_HASHES_KEPT};
 use crate::index::{RangeEnd, TreeIndex};
@@ -19,6 +20,7 @@ use crate::key_value::{Event, EventKind, KeyValue};
 use crate::kv::{ReadView, WriteTxn};
 use crate::lease::{Lease, LeaseTable};
 use crate::range;
+use crate::records::{self, Overlay};
 use crate::request::{
     Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest,
     LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
@@ -28,8 +30,6 @@ use crate::revision::Revision;
 use crate::txn;
 use crate::validate;
 
-/// Prefix of the space holding one stored key-value per revision.
-const KEY_SPACE: u8 = b'k';
 /// Prefix of the space holding each lease's granted TTL.
 const LEASE_SPACE: u8 = b'l';
 // The metadata space is prefixed 'm'; its three keys are spelled whole.
@@ -125,13 +125,6 @@ fn lease_key(id: i64) -> [u8; 9] {
     key
 }
 
-fn revision_key(revision: Revision, tombstone: bool) -> Vec<u8> {
-    let mut key = Vec::with_capacity(1 + crate::revision::REVISION_BYTES + 1);
-    key.push(KEY_SPACE);
-    key.extend_from_slice(&revision.to_bytes(tombstone));
-    key
-}
-
 /// Rebuilds the in-memory index from every stored revision, and the lease
 /// table from the stored leases and the values naming them; reads the
 /// current and compact revisions.
@@ -148,10 +141,7 @@ fn rebuild(db: &sled::Db) -> Result<(TreeIndex, LeaseTable, i64, i64)> {
     }
     let mut index = TreeIndex::default();
     let mut highest = 0;
-    for item in db.scan_prefix([KEY_SPACE]) {
-        let (key, value) = item?;
-        let (revision, tombstone) = Revision::from_bytes(&key[1..]).ok_or_else(|| corrupt("revision key"))?;
-        let kv = KeyValue::decode(&value).ok_or_else(|| corrupt("stored value does not decode"))?;
+    records::scan(db, |revision, tombstone, kv| {
         if tombstone {
             index.tombstone(&kv.key, revision);
             leases.detach(&kv.key);
@@ -160,7 +150,8 @@ fn rebuild(db: &sled::Db) -> Result<(TreeIndex, LeaseTable, i64, i64)> {
             leases.attach(&kv.key, kv.lease);
         }
         highest = revision.main;
-    }
+        Ok(())
+    })?;
     index.shrink_to_fit();
     let current_revision = read_i64(db, META_CURRENT_REVISION)?.unwrap_or(EMPTY_STORE_REVISION);
     assert!(
@@ -190,31 +181,7 @@ fn read_i64(db: &sled::Db, key: &[u8]) -> Result<Option<i64>> {
     }
 }
 
-fn corrupt(what: &str) -> Error {
-    Error::Storage(format!("corrupt store: {what}"))
-}
-
-/// The sled keys of every revision with main revision `1..=at`.
-fn revision_range(at: i64) -> std::ops::Range<Vec<u8>> {
-    revision_key(Revision::new(1, 0), false)..revision_key(Revision::new(at + 1, 0), false)
-}
-
-/// A stored revision: its revision, whether it is a tombstone, its value.
-fn decode_stored((key, value): &(sled::IVec, sled::IVec)) -> Result<(Revision, bool, KeyValue)> {
-    let (revision, tombstone) = Revision::from_bytes(&key[1..]).ok_or_else(|| corrupt("revision key"))?;
-    let kv = KeyValue::decode(value).ok_or_else(|| corrupt("stored value does not decode"))?;
-    Ok((revision, tombstone, kv))
-}
-
-fn load(db: &sled::Db, revision: Revision) -> Result<KeyValue> {
-    // A revision the index names but storage lacks was compacted between
-    // the index lookup and the load; readers hold the lock, so this means
-    // storage and index disagree.
-    let bytes = db
-        .get(revision_key(revision, false))?
-        .ok_or_else(|| corrupt("indexed revision missing"))?;
-    KeyValue::decode(&bytes).ok_or_else(|| corrupt("stored value does not decode"))
-}
+use records::corrupt;
 
 impl Store {
     /// Opens (or creates) the store in `path` and rebuilds the index from
@@ -306,7 +273,7 @@ impl Store {
             &state.index,
             state.current_revision,
             state.compact_revision,
-            |revision| load(&self.db, revision),
+            |revision| records::load(&self.db, revision),
         )
     }
 
@@ -337,24 +304,25 @@ impl Store {
             return Ok(changes);
         }
         let end = RangeEnd::parse(range_end);
-        let lower = revision_key(Revision::new(from, 0), false);
-        let upper = revision_key(Revision::new(to + 1, 0), false);
-        for item in self.db.range(lower..upper) {
-            let (stored_key, value) = item?;
-            let (revision, tombstone) =
-                Revision::from_bytes(&stored_key[1..]).ok_or_else(|| corrupt("revision key"))?;
-            let kv = KeyValue::decode(&value).ok_or_else(|| corrupt("stored value does not decode"))?;
-            if !end.contains(key, &kv.key) {
-                continue;
-            }
-            let previous = if prev_kv {
-                previous_value(&self.db, &state, &kv.key, revision.main)?
-            } else {
-                None
-            };
-            let kind = if tombstone { EventKind::Delete } else { EventKind::Put };
-            changes.push((Event { kind, kv }, previous));
-        }
+        records::visit(
+            &self.db,
+            &Overlay::new(),
+            Revision::new(from, 0),
+            to,
+            |revision, tombstone, kv| {
+                if !end.contains(key, &kv.key) {
+                    return Ok(());
+                }
+                let previous = if prev_kv {
+                    previous_value(&self.db, &state, &kv.key, revision.main)?
+                } else {
+                    None
+                };
+                let kind = if tombstone { EventKind::Delete } else { EventKind::Put };
+                changes.push((Event { kind, kv }, previous));
+                Ok(())
+            },
+        )?;
         Ok(changes)
     }
 
@@ -388,6 +356,7 @@ impl Store {
             results.push(self.apply_one(&mut state, &mut batch, request));
         }
         let mut sled_batch = batch.sled;
+        records::write(&mut sled_batch, batch.overlay, &batch.records);
         sled_batch.insert(META_CURRENT_REVISION, &state.current_revision.to_be_bytes());
         sled_batch.insert(META_COMPACT_REVISION, &state.compact_revision.to_be_bytes());
         sled_batch.insert(META_CONSISTENT_INDEX, &(raft_index as i64).to_be_bytes());
@@ -470,10 +439,19 @@ impl Store {
                 return Err(error);
             }
         };
-        for (revision, tombstone) in compacted.removable {
-            batch.pending.remove(&revision);
-            batch.removed.insert(revision);
-            batch.sled.remove(revision_key(revision, tombstone));
+        let mut stored = Vec::new();
+        let mut written = HashSet::new();
+        for (revision, _) in compacted.removable {
+            if batch.pending.remove(&revision).is_some() {
+                written.insert(revision);
+            } else {
+                stored.push(revision);
+            }
+        }
+        batch.records.retain(|record| !written.contains(&record.revision));
+        if let Err(error) = records::drop_revisions(&self.db, &mut batch.overlay, stored) {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(error);
         }
         state.compact_revision = request.revision;
         state.compaction_hashes.push_back(hash);
@@ -486,9 +464,9 @@ impl Store {
     }
 
     /// The hash etcd takes while compacting at `at` (see `hash.rs`): every
-    /// revision stored at or below `at`, which is what sled holds, less
-    /// what an earlier compaction in this batch removed, then what this
-    /// batch wrote (all newer than anything in sled).
+    /// revision stored at or below `at` (through the overlay of an earlier
+    /// compaction in this batch), then what this batch wrote (all newer
+    /// than anything stored).
     fn compaction_hash(
         &self,
         batch: &Batch,
@@ -497,12 +475,16 @@ impl Store {
         kept: &HashSet<Revision>,
     ) -> Result<KeyValueHash> {
         let mut hasher = Hasher::new(previous_compact, at, kept);
-        for item in self.db.range(revision_range(at)) {
-            let (revision, tombstone, kv) = decode_stored(&item?)?;
-            if !batch.removed.contains(&revision) {
+        records::visit(
+            &self.db,
+            &batch.overlay,
+            Revision::new(1, 0),
+            at,
+            |revision, tombstone, kv| {
                 hasher.write(revision, tombstone, &kv);
-            }
-        }
+                Ok(())
+            },
+        )?;
         let mut written: Vec<(&Revision, &(bool, KeyValue))> = batch
             .pending
             .iter()
@@ -540,12 +522,16 @@ impl Store {
         let at = if revision == 0 { current } else { revision };
         let keep = state.index.keep(at);
         let mut hasher = Hasher::new(state.compact_revision, at, &keep);
-        if at > 0 {
-            for item in self.db.range(revision_range(at)) {
-                let (revision, tombstone, kv) = decode_stored(&item?)?;
+        records::visit(
+            &self.db,
+            &Overlay::new(),
+            Revision::new(1, 0),
+            at,
+            |revision, tombstone, kv| {
                 hasher.write(revision, tombstone, &kv);
-            }
-        }
+                Ok(())
+            },
+        )?;
         Ok((hasher.finish(), current))
     }
 
@@ -678,7 +664,7 @@ fn previous_value(db: &sled::Db, state: &State, key: &[u8], revision: i64) -> Re
         return Ok(None);
     }
     match state.index.get(key, at) {
-        Some(previous) => load(db, previous).map(Some),
+        Some(previous) => records::load(db, previous).map(Some),
         None => Ok(None),
     }
 }
@@ -704,9 +690,10 @@ struct Batch {
     /// Values written in this batch, so later requests read them, with
     /// whether each is a tombstone.
     pending: HashMap<Revision, (bool, KeyValue)>,
-    /// Revisions a compaction in this batch removed, still in sled until
-    /// the batch is applied.
-    removed: HashSet<Revision>,
+    /// The revisions this batch wrote, in order, stored when it is applied.
+    records: Vec<Record>,
+    /// Blocks a compaction in this batch rewrote (see `records.rs`).
+    overlay: Overlay,
 }
 
 /// A write transaction over the store's state and the open apply batch.
@@ -741,7 +728,7 @@ impl StoreTxn<'_> {
     fn load(&self, revision: Revision) -> Result<KeyValue> {
         match self.batch.pending.get(&revision) {
             Some((_, kv)) => Ok(kv.clone()),
-            None => load(self.db, revision),
+            None => records::load(self.db, revision),
         }
     }
 
@@ -760,7 +747,7 @@ impl StoreTxn<'_> {
     }
 
     fn write(&mut self, revision: Revision, tombstone: bool, kv: KeyValue) {
-        self.batch.sled.insert(revision_key(revision, tombstone), kv.encode());
+        self.batch.records.push(Record::new(revision, tombstone, &kv));
         self.batch.pending.insert(revision, (tombstone, kv.clone()));
         let kind = if tombstone { EventKind::Delete } else { EventKind::Put };
         self.events.push(Event { kind, kv });

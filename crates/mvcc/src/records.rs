@@ -1,0 +1,172 @@
+//! The stored revisions, kept in blocks in sled (`block.rs`): finding one,
+//! visiting them in order, writing an apply batch's, and dropping the ones
+//! a compaction no longer needs.
+//!
+//! Inside an apply batch, nothing reaches sled until the batch is applied
+//! whole. Blocks a compaction rewrote in the batch wait in an [`Overlay`];
+//! reads during the batch still find every live revision in sled's old
+//! blocks (a rewrite only drops revisions), and the visits a second
+//! compaction in the same batch makes (its hash) look through the overlay.
+
+use std::collections::BTreeMap;
+
+use crate::block::{self, Block, Record, BLOCK_SPACE};
+use crate::error::{Error, Result};
+use crate::key_value::KeyValue;
+use crate::revision::Revision;
+
+/// Blocks rewritten (`Some`) or deleted (`None`) in the open apply batch,
+/// by sled key.
+pub type Overlay = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+pub fn corrupt(what: &str) -> Error {
+    Error::Storage(format!("corrupt store: {what}"))
+}
+
+fn parse(bytes: &[u8]) -> Result<Block<'_>> {
+    Block::parse(bytes).ok_or_else(|| corrupt("block does not decode"))
+}
+
+fn decode(value: &[u8]) -> Result<KeyValue> {
+    KeyValue::decode(value).ok_or_else(|| corrupt("stored value does not decode"))
+}
+
+/// The block that would hold `revision`: the last one starting at or
+/// before it, looking through `overlay`. Its key and bytes.
+fn containing(db: &sled::Db, overlay: &Overlay, revision: Revision) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let key = block::key(revision);
+    let rewritten = overlay
+        .range(..=key.clone())
+        .rev()
+        .find_map(|(key, bytes)| bytes.as_ref().map(|b| (key.clone(), b.clone())));
+    let mut stored = None;
+    for item in db.range(vec![BLOCK_SPACE]..=key).rev() {
+        let (key, bytes) = item?;
+        if !overlay.contains_key(key.as_ref()) {
+            stored = Some((key.to_vec(), bytes.to_vec()));
+            break;
+        }
+    }
+    Ok(match (rewritten, stored) {
+        (Some(a), Some(b)) => Some(if a.0 > b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    })
+}
+
+/// The stored key-value at `revision` (reads outside an apply batch, or
+/// of revisions alive through it).
+pub fn load(db: &sled::Db, revision: Revision) -> Result<KeyValue> {
+    let found = db
+        .range(vec![BLOCK_SPACE]..=block::key(revision))
+        .next_back()
+        .transpose()?;
+    let (_, bytes) = found.ok_or_else(|| corrupt("indexed revision missing"))?;
+    let record = parse(&bytes)?
+        .find(revision)
+        .ok_or_else(|| corrupt("indexed revision missing"))?;
+    decode(record.value)
+}
+
+/// Calls `visit(revision, tombstone, key-value)` for every stored revision
+/// from `from` on with main revision at most `to_main`, in order.
+pub fn visit(
+    db: &sled::Db,
+    overlay: &Overlay,
+    from: Revision,
+    to_main: i64,
+    mut visit: impl FnMut(Revision, bool, KeyValue) -> Result<()>,
+) -> Result<()> {
+    if to_main < from.main {
+        return Ok(());
+    }
+    let mut blocks: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    if let Some((key, bytes)) = containing(db, overlay, from)? {
+        blocks.insert(key, bytes);
+    }
+    let (lower, upper) = (block::key(from), block::key(Revision::new(to_main + 1, 0)));
+    for item in db.range(lower.clone()..upper.clone()) {
+        let (key, bytes) = item?;
+        if !overlay.contains_key(key.as_ref()) {
+            blocks.insert(key.to_vec(), bytes.to_vec());
+        }
+    }
+    for (key, bytes) in overlay.range(lower..upper) {
+        if let Some(bytes) = bytes {
+            blocks.insert(key.clone(), bytes.clone());
+        }
+    }
+    for bytes in blocks.values() {
+        for record in parse(bytes)?.records() {
+            if record.revision >= from && record.revision.main <= to_main {
+                visit(record.revision, record.tombstone, decode(record.value)?)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites, into `overlay`, every block holding one of `revisions`
+/// without them (deleting a block left empty). Every revision must be
+/// stored.
+pub fn drop_revisions(db: &sled::Db, overlay: &mut Overlay, mut revisions: Vec<Revision>) -> Result<()> {
+    revisions.sort_unstable();
+    let mut at = 0;
+    while at < revisions.len() {
+        let (key, bytes) =
+            containing(db, overlay, revisions[at])?.ok_or_else(|| corrupt("compacted revision missing"))?;
+        let block = parse(&bytes)?;
+        let last = block.records().last().map(|r| r.revision);
+        let mut doomed = std::collections::HashSet::new();
+        while at < revisions.len() && Some(revisions[at]) <= last {
+            if block.find(revisions[at]).is_none() {
+                return Err(corrupt("compacted revision missing"));
+            }
+            doomed.insert(revisions[at]);
+            at += 1;
+        }
+        let kept: Vec<Record> = block
+            .records()
+            .filter(|r| !doomed.contains(&r.revision))
+            .map(|r| Record {
+                revision: r.revision,
+                tombstone: r.tombstone,
+                value: r.value.to_vec(),
+            })
+            .collect();
+        overlay.insert(key.clone(), None);
+        if let Some(first) = kept.first() {
+            overlay.insert(block::key(first.revision), Some(block::encode(&kept)));
+        }
+    }
+    Ok(())
+}
+
+/// Adds to `batch` the overlay's rewrites and the blocks of `records`
+/// (written in this batch, in revision order).
+pub fn write(batch: &mut sled::Batch, overlay: Overlay, records: &[Record]) {
+    for (key, bytes) in overlay {
+        match bytes {
+            Some(bytes) => batch.insert(key, bytes),
+            None => batch.remove(key),
+        }
+    }
+    for packed in block::pack(records) {
+        batch.insert(block::key(packed[0].revision), block::encode(packed));
+    }
+}
+
+/// Every stored record, in order, for rebuilding the index.
+pub fn scan(db: &sled::Db, mut visit: impl FnMut(Revision, bool, KeyValue) -> Result<()>) -> Result<()> {
+    for item in db.scan_prefix([BLOCK_SPACE]) {
+        let (key, bytes) = item?;
+        let first = block::first_of(&key).ok_or_else(|| corrupt("block key"))?;
+        let block = parse(&bytes)?;
+        if block.records().next().map(|r| r.revision) != Some(first) {
+            return Err(corrupt("block key does not name its first revision"));
+        }
+        for record in block.records() {
+            visit(record.revision, record.tombstone, decode(record.value)?)?;
+        }
+    }
+    Ok(())
+}
