@@ -10,11 +10,14 @@
 #                  every put reaches all 1000 watchers (events/s received)
 #   watch-latency  TOTAL/100 puts at 100/s to a watched key: how long each
 #                  event takes to arrive (its requests/s is the put rate)
-# Prints Requests/sec, average and p99 latency, the largest member RSS
-# after the puts, the error count, the CPU the three members spent per
-# request (user + system time from /proc, summed over members, divided by
-# the row's requests; for watch-events, per 1000 events), and kv-server's
-# ratio to etcd.
+# and a single client's puts (put-1-client, a tenth of TOTAL).
+# Runs etcd 3.5.17, then etcd 3.7.3 when it is built (ETCD37_BIN), then
+# kv-server. Prints Requests/sec, average and p99 latency, the largest
+# member RSS after the puts, the error count, the CPU the three members
+# spent per request (user + system time from /proc, summed over members,
+# divided by the row's requests; for watch-events, per 1000 events), the
+# CPU etcd's benchmark tool itself spent per request (it shares the
+# machine), and kv-server's ratio to each etcd.
 #   scripts/compare-etcd.sh [TOTAL]      (default 100000, etcd's documented size)
 # KV_SERVER_BIN picks the kv-server binary (default: a release build made
 # here). OTHER_KV_SERVER_BIN adds a second kv-server (named kv-before) to
@@ -28,6 +31,7 @@ if [ -z "${ETCD_BIN:-}" ] || [ -z "${ETCD_BENCHMARK_BIN:-}" ]; then
     peers=$(scripts/etcd-peers.sh)
     ETCD_BIN=${ETCD_BIN:-$peers/etcd}
     ETCD_BENCHMARK_BIN=${ETCD_BENCHMARK_BIN:-$peers/etcd-benchmark}
+    ETCD37_BIN=${ETCD37_BIN:-$peers/etcd-3.7.3}
 fi
 if [ -z "${KV_SERVER_BIN:-}" ]; then
     cargo build --release -p kv-server >&2
@@ -47,59 +51,83 @@ member_ticks() {  # dir
     echo "$sum"
 }
 
-row() {  # server workload report rss cpu-ticks requests
-    local qps avg p99 errors cpu
+# Clock ticks of user + system time this shell's finished children used.
+children_ticks() {
+    awk '{print $16 + $17}' "/proc/$$/stat"
+}
+
+# Runs etcd's benchmark tool; sets REPORT, TOOL (its CPU ticks) and
+# MEMBERS (the members' CPU ticks) for the run.
+bench() {  # dir tool-args...
+    local dir=$1 members_before tool_before
+    shift
+    members_before=$(member_ticks "$dir")
+    tool_before=$(children_ticks)
+    REPORT=$("$ETCD_BENCHMARK_BIN" "$@" 2>&1)
+    TOOL=$(($(children_ticks) - tool_before))
+    MEMBERS=$(($(member_ticks "$dir") - members_before))
+}
+
+row() {  # server workload report rss member-ticks tool-ticks requests
+    local qps avg p99 errors cpu tool
     qps=$(echo "$3" | awk '/Requests\/sec:/ {print $2}')
     avg=$(echo "$3" | awk '/Average:/ {print $2}')
     p99=$(echo "$3" | awk '/ 99% in/ {print $3}')
     errors=$(echo "$3" | grep -c "Error distribution" || true)
-    cpu=$(awk -v t="$5" -v n="$6" -v hz="$ticks" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
-    printf '%-10s %-14s %12s %10s %10s %8s %7s %10s\n' "$1" "$2" "$qps" "$avg" "$p99" "$4" "$errors" "$cpu"
+    cpu=$(awk -v t="$5" -v n="$7" -v hz="$ticks" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+    tool=$(awk -v t="$6" -v n="$7" -v hz="$ticks" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+    printf '%-10s %-14s %12s %10s %10s %8s %7s %10s %10s\n' "$1" "$2" "$qps" "$avg" "$p99" "$4" "$errors" "$cpu" "$tool"
     echo "$qps" > "$work/$1.$2"
 }
 
 measure() {  # server binary
     local name=$1 binary=$2 dir="$work/$1"
     scripts/local-cluster.sh start "$binary" "$dir"
-    local report rss=0 pid member_rss before
-    before=$(member_ticks "$dir")
-    report=$("$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
-        put --key-size=8 --sequential-keys --val-size=256 --total="$total" 2>&1)
+    local rss=0 pid member_rss
+    bench "$dir" --endpoints=$endpoints --target-leader --conns=1 --clients=1 \
+        put --key-size=8 --sequential-keys --val-size=256 --total=$((total / 10))
+    row "$name" put-1-client "$REPORT" "-" "$MEMBERS" "$TOOL" $((total / 10))
+    bench "$dir" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
+        put --key-size=8 --sequential-keys --val-size=256 --total="$total"
     while read -r pid; do
         member_rss=$(ps -o rss= -p "$pid" | tr -d ' ')
         [ "${member_rss:-0}" -gt "$rss" ] && rss=$member_rss
     done < "$dir/pids"
-    row "$name" put "$report" "$((rss / 1024))" "$(($(member_ticks "$dir") - before))" "$total"
+    row "$name" put "$REPORT" "$((rss / 1024))" "$MEMBERS" "$TOOL" "$total"
     for consistency in l s; do
-        before=$(member_ticks "$dir")
-        report=$("$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --conns=100 --clients=1000 \
-            range foo --consistency=$consistency --total="$total" 2>&1)
-        row "$name" "range-$consistency" "$report" "-" "$(($(member_ticks "$dir") - before))" "$total"
+        bench "$dir" --endpoints=$endpoints --conns=100 --clients=1000 \
+            range foo --consistency=$consistency --total="$total"
+        row "$name" "range-$consistency" "$REPORT" "-" "$MEMBERS" "$TOOL" "$total"
     done
-    before=$(member_ticks "$dir")
-    report=$("$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --conns=10 --clients=10 \
-        watch --streams=10 --watch-per-stream=100 --watched-key-total=1 --put-total=$((total / 100)) 2>&1)
+    bench "$dir" --endpoints=$endpoints --conns=10 --clients=10 \
+        watch --streams=10 --watch-per-stream=100 --watched-key-total=1 --put-total=$((total / 100))
     # The tool prints two summaries; the second counts events received
     # (1000 per put), so CPU is per 1000 events.
-    row "$name" watch-events "$(echo "$report" | sed -n '/Watch events received summary/,$p')" "-" \
-        "$(($(member_ticks "$dir") - before))" "$((total / 100))"
-    before=$(member_ticks "$dir")
-    report=$("$ETCD_BENCHMARK_BIN" --endpoints=$endpoints \
-        watch-latency --total=$((total / 100)) --put-rate=100 2>&1)
-    row "$name" watch-latency "$report" "-" "$(($(member_ticks "$dir") - before))" "$((total / 100))"
+    row "$name" watch-events "$(echo "$REPORT" | sed -n '/Watch events received summary/,$p')" "-" \
+        "$MEMBERS" "$TOOL" "$((total / 100))"
+    bench "$dir" --endpoints=$endpoints watch-latency --total=$((total / 100)) --put-rate=100
+    row "$name" watch-latency "$REPORT" "-" "$MEMBERS" "$TOOL" "$((total / 100))"
     scripts/local-cluster.sh stop "$dir"
 }
 
-printf '1000 clients over 100 conns, %s requests per row, 3 members on loopback, %s\n' "$total" "$(date -u +%F)"
-printf '%-10s %-14s %12s %10s %10s %8s %7s %10s\n' server workload requests/s "avg (s)" "p99 (s)" "RSS MB" errors "CPU us/req"
+printf '%s requests per row (put-1-client: a tenth), 3 members on loopback, %s\n' "$total" "$(date -u +%F)"
+printf '%-10s %-14s %12s %10s %10s %8s %7s %10s %10s\n' server workload requests/s "avg (s)" "p99 (s)" "RSS MB" errors \
+    "members us" "tool us"
 measure etcd "$ETCD_BIN"
+others=()
+if [ -x "${ETCD37_BIN:-}" ]; then
+    measure etcd-3.7 "$ETCD37_BIN"
+    others+=(etcd-3.7)
+fi
 measure kv-server "$KV_SERVER_BIN"
 if [ -n "${OTHER_KV_SERVER_BIN:-}" ]; then
     measure kv-before "$OTHER_KV_SERVER_BIN"
 fi
-for workload in put range-l range-s watch-events; do
+for workload in put-1-client put range-l range-s watch-events; do
     for name in kv-server ${OTHER_KV_SERVER_BIN:+kv-before}; do
-        awk -v a="$(cat "$work/$name.$workload")" -v b="$(cat "$work/etcd.$workload")" -v w="$workload" -v n="$name" \
-            'BEGIN { printf "ratio %s / etcd, %-12s %.2f\n", n, w, a / b }'
+        for base in etcd "${others[@]}"; do
+            awk -v a="$(cat "$work/$name.$workload")" -v b="$(cat "$work/$base.$workload")" -v w="$workload" \
+                -v n="$name" -v e="$base" 'BEGIN { printf "ratio %s / %s, %-12s %.2f\n", n, e, w, a / b }'
+        done
     done
 done
