@@ -31,6 +31,7 @@
 //! ```text
 //! 'b' + first revision (main u64 BE, sub u64 BE)
 //!       -> a block of stored revisions (see block.rs)
+//! 'm' + "format"            -> the layout's version, u32 BE (records.rs)
 //! 'm' + "consistent_index"  -> raft index of the last applied batch, i64 BE
 //! 'm' + "current_revision"  -> the newest revision, i64 BE
 //! 'm' + "compact_revision"  -> revisions below this are gone, i64 BE

@@ -170,3 +170,64 @@ pub fn scan(db: &sled::Db, mut visit: impl FnMut(Revision, bool, KeyValue) -> Re
     }
     Ok(())
 }
+
+/// The stored layout's version, kept under `'m' + "format"`: 2 since
+/// revisions are stored in blocks. A store without it is version 1 (one
+/// `'k'` key per revision: `'k'`, the revision's bytes, `'t'` for a
+/// tombstone, then the stored key-value), if it holds anything.
+pub const FORMAT: u32 = 2;
+const META_FORMAT: &[u8] = b"mformat";
+const V1_SPACE: u8 = b'k';
+/// Revisions moved per sled batch when upgrading from version 1: enough
+/// that an upgrade is a few thousand batches for a large store, few enough
+/// that one batch's memory stays small.
+const UPGRADE_BATCH_RECORDS: usize = 4096;
+
+/// Brings the store to [`FORMAT`]: a version-1 store has its revisions
+/// moved into blocks, a batch at a time (each batch writes blocks and
+/// removes the keys it moved, so an upgrade cut short resumes where it
+/// stopped), then the format is recorded. A store of a newer format is
+/// refused, never read as something else.
+pub fn upgrade(db: &sled::Db) -> Result<()> {
+    match db.get(META_FORMAT)? {
+        Some(bytes) => {
+            let found = bytes
+                .as_ref()
+                .try_into()
+                .map(u32::from_be_bytes)
+                .map_err(|_| corrupt("format is not a u32"))?;
+            if found != FORMAT {
+                return Err(Error::Storage(format!(
+                    "the store is in format {found}; this build reads format {FORMAT}"
+                )));
+            }
+            return Ok(());
+        }
+        None => loop {
+            let mut records = Vec::new();
+            let mut moved = Vec::new();
+            for item in db.scan_prefix([V1_SPACE]).take(UPGRADE_BATCH_RECORDS) {
+                let (key, value) = item?;
+                let (revision, tombstone) =
+                    Revision::from_bytes(&key[1..]).ok_or_else(|| corrupt("version-1 revision key"))?;
+                records.push(Record {
+                    revision,
+                    tombstone,
+                    value: value.to_vec(),
+                });
+                moved.push(key);
+            }
+            if records.is_empty() {
+                break;
+            }
+            let mut batch = sled::Batch::default();
+            write(&mut batch, Overlay::new(), &records);
+            for key in moved {
+                batch.remove(key);
+            }
+            db.apply_batch(batch)?;
+        },
+    }
+    db.insert(META_FORMAT, &FORMAT.to_be_bytes())?;
+    Ok(())
+}

@@ -206,6 +206,7 @@ impl Store {
                 result => break result?,
             }
         };
+        records::upgrade(&db)?;
         let (index, leases, current_revision, compact_revision) = rebuild(&db)?;
         let consistent_index = read_i64(&db, META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
         Ok(Store {
@@ -613,6 +614,8 @@ impl Store {
         batch.insert(META_CONSISTENT_INDEX, &(consistent_index as i64).to_be_bytes());
         batch.remove(META_RESTORING);
         self.apply_restore_batch(batch)?;
+        // A snapshot from a member of an older format is upgraded here.
+        records::upgrade(&self.db)?;
         self.flush()?;
         let (index, leases, current_revision, compact_revision) = rebuild(&self.db)?;
         // Remembered compaction hashes describe the replaced history.
