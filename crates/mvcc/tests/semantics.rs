@@ -756,7 +756,7 @@ fn an_older_format_is_upgraded_and_a_newer_one_refused() {
     let dir = tempfile::tempdir().unwrap();
     {
         let db = sled::open(dir.path()).unwrap();
-        let mut write = |revision: Revision, tombstone: bool, kv: KeyValue| {
+        let write = |revision: Revision, tombstone: bool, kv: KeyValue| {
             let mut key = vec![b'k'];
             key.extend_from_slice(&revision.to_bytes(tombstone));
             db.insert(key, kv.encode()).unwrap();
