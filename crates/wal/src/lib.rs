@@ -18,6 +18,8 @@
 //!   rebuilds the entries and last hard state.
 //! - [`wal`]: the [`Wal`] handle: create, open, group-committed `save`,
 //!   snapshots, segment cuts, purge, poisoning, sync latency.
+//! - [`direct`]: the tail written around the page cache (`O_DIRECT`), in
+//!   aligned blocks.
 //! - [`sync`]: `fdatasync`, directory fsync and preallocation, with failpoints.
 //! - [`error`]: the crate's error enum.
 //!
@@ -98,6 +100,7 @@
 //! Payload layouts are in [`record`].
 
 pub mod decoder;
+pub mod direct;
 pub mod error;
 pub mod frame;
 pub mod record;

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use hdrhistogram::Histogram;
 
+use crate::direct::DirectTail;
 use crate::error::{Error, Result};
 use crate::frame::{Encoder, BODY_HEADER_BYTES, LENGTH_WORD_BYTES, RECORD_BODY_BYTES_MAX};
 use crate::record::{self, Entry, HardState, Record, SnapshotMeta};
@@ -60,6 +61,9 @@ pub struct Wal {
     /// Every live segment, oldest first; the last is the one written to.
     segments: Vec<SegmentName>,
     tail: Segment,
+    /// The tail opened for writes around the page cache, where the file
+    /// system allows it (see direct.rs).
+    direct: Option<DirectTail>,
     encoder: Encoder,
     last_index: u64,
     hard_state: HardState,
@@ -84,6 +88,7 @@ impl Wal {
         let name = SegmentName { seq: 0, first_index: 0 };
         let hard_state = HardState::default();
         let (tail, crc) = segment::create(dir, name, options.segment_size_bytes, 0, metadata, &hard_state)?;
+        let direct = open_direct(&tail)?;
         Ok(Wal {
             dir: dir.to_path_buf(),
             _lock: lock,
@@ -91,6 +96,7 @@ impl Wal {
             metadata: metadata.to_vec(),
             segments: vec![name],
             tail,
+            direct,
             encoder: Encoder::new(crc),
             last_index: 0,
             hard_state,
@@ -119,6 +125,7 @@ impl Wal {
         let recovered = replay::recover(dir, at)?;
         let tail_name = *recovered.segments.last().expect("recover returns segments");
         let tail = segment::open_for_append(dir, tail_name, recovered.tail_offset)?;
+        let direct = open_direct(&tail)?;
         let wal = Wal {
             dir: dir.to_path_buf(),
             _lock: lock,
@@ -126,6 +133,7 @@ impl Wal {
             metadata: recovered.replay.metadata.clone(),
             segments: recovered.segments,
             tail,
+            direct,
             encoder: Encoder::new(recovered.crc),
             last_index: recovered.last_index,
             hard_state: recovered.replay.hard_state,
@@ -134,6 +142,11 @@ impl Wal {
             sync_latency_us: new_latency_histogram(),
         };
         Ok((wal, recovered.replay))
+    }
+
+    /// Whether the tail is written around the page cache (see direct.rs).
+    pub fn writes_directly(&self) -> bool {
+        self.direct.is_some()
     }
 
     /// Appends `entries` and then `hard_state` (when given) and makes them
@@ -285,27 +298,35 @@ impl Wal {
         Ok(())
     }
 
-    /// Writes the buffer at the tail and syncs it; poisons on any failure.
-    /// Writes the buffer at the tail without syncing it.
+    /// Writes the buffer at the tail, directly when the tail allows it.
+    fn write_buffer(&mut self) -> std::io::Result<()> {
+        match &mut self.direct {
+            Some(direct) => direct.write(&self.buffer, self.tail.offset),
+            None => sync::write_all_at(&self.tail.file, &self.buffer, self.tail.offset),
+        }
+    }
+
+    /// Writes the buffer at the tail without syncing it; poisons on any
+    /// failure.
     fn write_only(&mut self) -> Result<()> {
         debug_assert_eq!(self.buffer.len() % 8, 0);
-        let tail = &self.tail;
-        if let Err(error) = sync::write_all_at(&tail.file, &self.buffer, tail.offset) {
+        if let Err(error) = self.write_buffer() {
             self.poisoned = true;
-            return Err(Error::io("write", &tail.path, error));
+            return Err(Error::io("write", &self.tail.path, error));
         }
         self.tail.offset += self.buffer.len() as u64;
         Ok(())
     }
 
+    /// Writes the buffer at the tail and syncs it; poisons on any failure.
     fn write_and_sync(&mut self) -> Result<()> {
         debug_assert_eq!(self.buffer.len() % 8, 0);
         debug_assert!(self.buffer.len() >= LENGTH_WORD_BYTES);
-        let tail = &self.tail;
-        if let Err(error) = sync::write_all_at(&tail.file, &self.buffer, tail.offset) {
+        if let Err(error) = self.write_buffer() {
             self.poisoned = true;
-            return Err(Error::io("write", &tail.path, error));
+            return Err(Error::io("write", &self.tail.path, error));
         }
+        let tail = &self.tail;
         let started = Instant::now();
         if let Err(error) = sync::fdatasync(&tail.file) {
             self.poisoned = true;
@@ -336,6 +357,13 @@ impl Wal {
         );
         match created {
             Ok((tail, crc)) => {
+                self.direct = match open_direct(&tail) {
+                    Ok(direct) => direct,
+                    Err(error) => {
+                        self.poisoned = true;
+                        return Err(error);
+                    }
+                };
                 self.tail = tail;
                 self.encoder = Encoder::new(crc);
                 self.segments.push(name);
@@ -347,6 +375,12 @@ impl Wal {
             }
         }
     }
+}
+
+/// The tail opened for direct writes, or `None` where the file system
+/// refuses them.
+fn open_direct(tail: &Segment) -> Result<Option<DirectTail>> {
+    DirectTail::open(&tail.path, &tail.file, tail.offset).map_err(|e| Error::io("open segment", &tail.path, e))
 }
 
 fn new_latency_histogram() -> Histogram<u64> {
