@@ -103,6 +103,7 @@ mod tests {
             .read(true)
             .write(true)
             .create(true)
+            .truncate(true)
             .open(&path)
             .unwrap();
         file.set_len(1 << 20).unwrap();
