@@ -48,12 +48,17 @@
 //!
 //! # Durability
 //! The WAL, not this store, is the durable record. [`Store::apply`] applies
-//! each raft batch as one atomic sled batch that also records the raft
-//! index it reaches, and does not flush. sled flushes in the background
+//! each raft batch into an open batch held in memory and read through by
+//! every read; sled gets it as one atomic sled batch, which also records
+//! the raft index it reaches, once it holds [`OPEN_BATCH_REVISIONS_MAX`]
+//! revisions or [`OPEN_BATCH_BYTES_MAX`] bytes, or is
+//! [`OPEN_BATCH_AGE_MAX`] old (etcd's backend batches its commits the
+//! same way). Nothing is flushed then. sled flushes in the background
 //! (every 500 ms by default); after a crash it recovers a prefix of the
-//! batches, and the server replays the WAL after
-//! [`Store::consistent_index`]. [`Store::flush`] makes everything durable
-//! and must run before the server releases WAL segments.
+//! batches it was given, and the server replays the WAL after
+//! [`Store::consistent_index`]. [`Store::flush`] makes everything durable,
+//! the open batch included, and must run before the server releases WAL
+//! segments.
 
 pub mod block;
 pub mod error;
@@ -78,4 +83,6 @@ pub use kv::{ReadView, WriteTxn};
 pub use lease::{Lease, MAX_LEASE_TTL, NO_LEASE};
 pub use request::*;
 pub use revision::Revision;
-pub use store::{Store, EMPTY_STORE_REVISION, NEVER_COMPACTED};
+pub use store::{
+    Store, EMPTY_STORE_REVISION, NEVER_COMPACTED, OPEN_BATCH_AGE_MAX, OPEN_BATCH_BYTES_MAX, OPEN_BATCH_REVISIONS_MAX,
+};

@@ -3,13 +3,15 @@
 //! on them, installs snapshots from the leader, and releases linearizable
 //! reads once the member has applied up to their read index.
 //!
-//! Per batch of entries, in this order: the store applies every write as
-//! one atomic sled batch (which records the raft index reached); the
+//! Per batch of entries, in this order: the store applies every write
+//! into its open batch (which records the raft index reached, and goes to
+//! sled when due, or when the stage has waited `mvcc::OPEN_BATCH_AGE_MAX`
+//! for input); the
 //! leader's lease deadlines follow grants and revocations; watchers hear
 //! of the changes; then the writers are answered, and the applied index
 //! moves. A store that cannot apply stops the member.
 
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 
 use raft::prelude::Entry;
@@ -55,7 +57,17 @@ impl Stage {
     pub fn run(self, inputs: Receiver<ApplyInput>) {
         let mut reads: Vec<(u64, Vec<ReadWaiter>)> = Vec::new();
         self.status.set_applied(self.store.consistent_index());
-        for input in inputs {
+        loop {
+            let input = match inputs.recv_timeout(mvcc::OPEN_BATCH_AGE_MAX) {
+                Ok(input) => input,
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Err(error) = self.store.commit() {
+                        fatal("the store failed to write applied entries", &error);
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
             match input {
                 ApplyInput::Entries(entries) => self.apply_entries(entries),
                 ApplyInput::Restore { index, term } => self.restore(index, term),
