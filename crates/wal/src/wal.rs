@@ -67,10 +67,32 @@ pub struct Wal {
     encoder: Encoder,
     last_index: u64,
     hard_state: HardState,
+    /// `hard_state` moved only the commit index since it was last written
+    /// and waits for the next save (see [`Wal::save`]).
+    hard_state_held: bool,
     /// Reused between saves so a save allocates nothing in steady state.
     buffer: Vec<u8>,
     poisoned: bool,
     sync_latency_us: Histogram<u64>,
+}
+
+impl Drop for Wal {
+    /// A log closed in an orderly way writes a held commit-only hard state
+    /// (see [`Wal::save`]); a crash loses it, as raft allows.
+    fn drop(&mut self) {
+        if !self.hard_state_held || self.poisoned {
+            return;
+        }
+        let hard_state = self.hard_state;
+        self.buffer.clear();
+        self.encoder
+            .encode_with(record::TYPE_HARD_STATE, &mut self.buffer, |out| {
+                record::encode_hard_state_payload(&hard_state, out)
+            });
+        if let Err(error) = self.write_and_sync() {
+            tracing::warn!(%error, "the last commit index could not be written on close");
+        }
+    }
 }
 
 impl Wal {
@@ -100,6 +122,7 @@ impl Wal {
             encoder: Encoder::new(crc),
             last_index: 0,
             hard_state,
+            hard_state_held: false,
             buffer: Vec::new(),
             poisoned: false,
             sync_latency_us: new_latency_histogram(),
@@ -137,6 +160,7 @@ impl Wal {
             encoder: Encoder::new(recovered.crc),
             last_index: recovered.last_index,
             hard_state: recovered.replay.hard_state,
+            hard_state_held: false,
             buffer: Vec::new(),
             poisoned: false,
             sync_latency_us: new_latency_histogram(),
@@ -155,10 +179,14 @@ impl Wal {
     /// points past the entries on disk.
     ///
     /// A save with no entries whose hard state changes only the commit
-    /// index is written but not synced (etcd's `MustSync`): a member that
-    /// loses it relearns the commit index from the leader, and the next
-    /// synced save makes it durable anyway. Syncing it would put one more
-    /// `fdatasync` on the path of every write, on every member.
+    /// index is not synced (etcd's `MustSync`): a member that loses it
+    /// relearns the commit index from the leader. It is not even written
+    /// then, but held and written after the entries of the next save: a
+    /// write around the page cache reaches the device, costing about what
+    /// the sync it avoids would, and one per client write on every member
+    /// kept the raft loop busy while the next proposal waited. So the
+    /// commit index on disk lags at most one save; replay and raft take a
+    /// stale one as they take a lost one.
     pub fn save(&mut self, entries: &[Entry], hard_state: Option<&HardState>) -> Result<()> {
         self.check_usable()?;
         if let Some(first) = entries.first() {
@@ -183,6 +211,21 @@ impl Wal {
                 }
             }
         }
+        let must_sync = !entries.is_empty()
+            || hard_state.is_some_and(|hs| hs.term != self.hard_state.term || hs.vote != self.hard_state.vote);
+        if !must_sync {
+            if let Some(hard_state) = hard_state {
+                self.hard_state = *hard_state;
+                self.hard_state_held = true;
+            }
+            return Ok(());
+        }
+        // A held commit-only hard state goes after these entries.
+        let hard_state = match hard_state {
+            None if self.hard_state_held => Some(self.hard_state),
+            given => given.copied(),
+        };
+        let hard_state = hard_state.as_ref();
         self.buffer.clear();
         for entry in entries {
             self.encoder.encode_with(record::TYPE_ENTRY, &mut self.buffer, |out| {
@@ -195,21 +238,13 @@ impl Wal {
                     record::encode_hard_state_payload(hard_state, out)
                 });
         }
-        if self.buffer.is_empty() {
-            return Ok(());
-        }
-        let must_sync = !entries.is_empty()
-            || hard_state.is_some_and(|hs| hs.term != self.hard_state.term || hs.vote != self.hard_state.vote);
-        if must_sync {
-            self.write_and_sync()?;
-        } else {
-            self.write_only()?;
-        }
+        self.write_and_sync()?;
         if let Some(last) = entries.last() {
             self.last_index = last.index;
         }
         if let Some(hard_state) = hard_state {
             self.hard_state = *hard_state;
+            self.hard_state_held = false;
         }
         self.cut_if_full()
     }
@@ -304,18 +339,6 @@ impl Wal {
             Some(direct) => direct.write(&self.buffer, self.tail.offset),
             None => sync::write_all_at(&self.tail.file, &self.buffer, self.tail.offset),
         }
-    }
-
-    /// Writes the buffer at the tail without syncing it; poisons on any
-    /// failure.
-    fn write_only(&mut self) -> Result<()> {
-        debug_assert_eq!(self.buffer.len() % 8, 0);
-        if let Err(error) = self.write_buffer() {
-            self.poisoned = true;
-            return Err(Error::io("write", &self.tail.path, error));
-        }
-        self.tail.offset += self.buffer.len() as u64;
-        Ok(())
     }
 
     /// Writes the buffer at the tail and syncs it; poisons on any failure.

@@ -17,7 +17,7 @@ fn small() -> Options {
 
 // Goal: only saves that raft needs durable are synced (etcd's MustSync):
 // entries, or a new term or vote. A save that moves only the commit index
-// is written, not synced, and still replays.
+// is not synced.
 #[test]
 fn commit_only_saves_are_not_synced() {
     let dir = tempfile::tempdir().unwrap();
@@ -54,6 +54,31 @@ fn commit_only_saves_are_not_synced() {
             ..hard_state(2, 1)
         }
     );
+}
+
+// Goal: a commit-only hard state is held, not written, until the next
+// save, which writes it after its own entries (so the commit index on
+// disk lags at most one save), or until the log is closed.
+// Method: copies of the directory taken while the log is open stand for
+// the disk after a crash at that point.
+#[test]
+fn a_commit_only_hard_state_waits_for_the_next_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Wal::create(dir.path(), small(), b"ids").unwrap();
+    log.save(&[entry(1, 1, 10)], Some(&hard_state(1, 0))).unwrap();
+    log.save(&[], Some(&hard_state(1, 1))).unwrap();
+    let crashed = common::copy_dir(dir.path());
+    let (_, replay) = Wal::open(crashed.path(), small(), SnapshotPosition::default()).unwrap();
+    assert_eq!(replay.hard_state, hard_state(1, 0), "held, so not on disk");
+    log.save(&[entry(2, 1, 10)], None).unwrap();
+    let crashed = common::copy_dir(dir.path());
+    let (_, replay) = Wal::open(crashed.path(), small(), SnapshotPosition::default()).unwrap();
+    assert_eq!(replay.hard_state, hard_state(1, 1), "written after the next entries");
+    assert_eq!(replay.entries.len(), 2);
+    log.save(&[], Some(&hard_state(1, 2))).unwrap();
+    drop(log);
+    let (_, replay) = Wal::open(dir.path(), small(), SnapshotPosition::default()).unwrap();
+    assert_eq!(replay.hard_state, hard_state(1, 2), "written on close");
 }
 
 // Goal: entries and the latest hard state come back after a reopen, and a
