@@ -3,26 +3,37 @@
 # either this project's kv-server or a real etcd binary (same flags):
 #   scripts/local-cluster.sh start BINARY DIR [extra member flags...]
 #   scripts/local-cluster.sh stop DIR
+#   scripts/local-cluster.sh restart BINARY DIR I [extra member flags...]
+#     kill -9 of member I (1, 2 or 3), then the same member started again
+#     on its data; returns at once (the caller waits for it to serve).
 # Members: infra1 (clients 2379, peers 2380), infra2 (22379, 22380),
 # infra3 (32379, 32380). Data and logs go under DIR; pids in DIR/pids.
 # `start` waits (at most 20 s) until every member reports healthy.
 set -euo pipefail
-command=${1:?usage: local-cluster.sh start BINARY DIR | stop DIR}
+command=${1:?usage: local-cluster.sh start BINARY DIR | stop DIR | restart BINARY DIR I}
+cluster="infra1=http://127.0.0.1:2380,infra2=http://127.0.0.1:22380,infra3=http://127.0.0.1:32380"
+
+# Starts member I in the background, appending to its log; prints its pid.
+start_member() {  # binary dir i [flags...]
+    local binary=$1 dir=$2 i=$3 prefix client peer
+    shift 3
+    prefix=$([ "$i" = 1 ] && echo "" || echo "$i")
+    client="http://127.0.0.1:${prefix}2379"; peer="http://127.0.0.1:${prefix}2380"
+    "$binary" --name "infra$i" --data-dir "$dir/infra$i" \
+        --listen-client-urls "$client" --advertise-client-urls "$client" \
+        --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
+        --initial-cluster "$cluster" --initial-cluster-token local-cluster \
+        --initial-cluster-state new "$@" >> "$dir/infra$i.log" 2>&1 &
+    echo $!
+}
+
 case "$command" in
 start)
     binary=${2:?binary}; dir=${3:?dir}; shift 3
     mkdir -p "$dir"
-    cluster="infra1=http://127.0.0.1:2380,infra2=http://127.0.0.1:22380,infra3=http://127.0.0.1:32380"
     : > "$dir/pids"
     for i in 1 2 3; do
-        prefix=$([ "$i" = 1 ] && echo "" || echo "$i")
-        client="http://127.0.0.1:${prefix}2379"; peer="http://127.0.0.1:${prefix}2380"
-        "$binary" --name "infra$i" --data-dir "$dir/infra$i" \
-            --listen-client-urls "$client" --advertise-client-urls "$client" \
-            --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
-            --initial-cluster "$cluster" --initial-cluster-token local-cluster \
-            --initial-cluster-state new "$@" > "$dir/infra$i.log" 2>&1 &
-        echo $! >> "$dir/pids"
+        start_member "$binary" "$dir" "$i" "$@" >> "$dir/pids"
     done
     for _ in $(seq 1 200); do
         healthy=0
@@ -48,5 +59,16 @@ stop)
     while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done < "$dir/pids"
     rm -f "$dir/pids"
     ;;
-*) echo "usage: local-cluster.sh start BINARY DIR | stop DIR" >&2; exit 2 ;;
+restart)
+    binary=${2:?binary}; dir=${3:?dir}; i=${4:?member 1, 2 or 3}; shift 4
+    old=$(sed -n "${i}p" "$dir/pids")
+    kill -9 "$old" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+        kill -0 "$old" 2>/dev/null || break
+        sleep 0.01
+    done
+    new=$(start_member "$binary" "$dir" "$i" "$@")
+    sed -i "${i}s/.*/$new/" "$dir/pids"
+    ;;
+*) echo "usage: local-cluster.sh start BINARY DIR | stop DIR | restart BINARY DIR I" >&2; exit 2 ;;
 esac
