@@ -13,6 +13,7 @@
 #             it answers a serializable get (its port polled every 20 ms,
 #             then etcdctl)
 #   scripts/scale-etcd.sh [KEYS]     (default 1000000)
+# SCALE_SERVERS picks the servers and their order (default "etcd kv-server").
 # Needs etcd's tools (scripts/etcd-peers.sh); builds kv-server and loadgen.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,7 @@ KV_SERVER_BIN=${KV_SERVER_BIN:-target/release/kv-server}
 LOADGEN_BIN=${LOADGEN_BIN:-target/release/loadgen}
 ticks=$(getconf CLK_TCK)
 work=$(mktemp -d)
-trap 'scripts/local-cluster.sh stop "$work/etcd" || true; scripts/local-cluster.sh stop "$work/kv-server" || true; rm -rf "$work"' EXIT
+trap 'scripts/local-cluster.sh stop "$work/etcd" || true; scripts/local-cluster.sh stop "$work/kv-server" || true; [ -n "${SCALE_KEEP:-}" ] || rm -rf "$work"' EXIT
 endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
 # Bounds on the waits below, in 20 ms polls: a minute.
 POLLS_MAX=3000
@@ -105,5 +106,9 @@ measure() {  # name binary
 }
 
 printf 'scale: %s keys of 256 bytes, 3 members on loopback, %s\n' "$keys" "$(date -u +%F)"
-measure etcd "$ETCD_BIN"
-measure kv-server "$KV_SERVER_BIN"
+for server in ${SCALE_SERVERS:-etcd kv-server}; do
+    case "$server" in
+    etcd) measure etcd "$ETCD_BIN" ;;
+    kv-server) measure kv-server "$KV_SERVER_BIN" ;;
+    esac
+done
