@@ -32,7 +32,7 @@
 //! leader sends appends before its own fsync), committed entries to the
 //! apply stage, new entries and hard state to the WAL with one fdatasync,
 //! then the messages that must follow the fsync. The apply stage applies
-//! the committed batch to the store in one sled batch and answers the
+//! the committed batch to the store's open batch and answers the
 //! waiter with the store's response.
 
 pub mod allocator;
