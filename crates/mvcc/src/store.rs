@@ -505,25 +505,10 @@ impl Store {
         kept: &HashSet<Revision>,
     ) -> Result<KeyValueHash> {
         let mut hasher = Hasher::new(previous_compact, at, kept);
-        records::visit(
-            &self.db,
-            &batch.overlay,
-            Revision::new(1, 0),
-            at,
-            |revision, tombstone, kv| {
-                hasher.write(revision, tombstone, &kv);
-                Ok(())
-            },
-        )?;
-        let mut written: Vec<(&Revision, &(bool, KeyValue))> = batch
-            .pending
-            .iter()
-            .filter(|(revision, _)| revision.main <= at)
-            .collect();
-        written.sort_unstable_by_key(|(revision, _)| **revision);
-        for (revision, (tombstone, kv)) in written {
-            hasher.write(*revision, *tombstone, kv);
-        }
+        visit_through(&self.db, batch, Revision::new(1, 0), at, |revision, tombstone, kv| {
+            hasher.write(revision, tombstone, &kv);
+            Ok(())
+        })?;
         Ok(hasher.finish())
     }
 

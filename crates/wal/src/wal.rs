@@ -85,10 +85,7 @@ impl Drop for Wal {
         }
         let hard_state = self.hard_state;
         self.buffer.clear();
-        self.encoder
-            .encode_with(record::TYPE_HARD_STATE, &mut self.buffer, |out| {
-                record::encode_hard_state_payload(&hard_state, out)
-            });
+        self.encode_hard_state(&hard_state);
         if let Err(error) = self.write_and_sync() {
             tracing::warn!(%error, "the last commit index could not be written on close");
         }
@@ -233,10 +230,7 @@ impl Wal {
             });
         }
         if let Some(hard_state) = hard_state {
-            self.encoder
-                .encode_with(record::TYPE_HARD_STATE, &mut self.buffer, |out| {
-                    record::encode_hard_state_payload(hard_state, out)
-                });
+            self.encode_hard_state(hard_state);
         }
         self.write_and_sync()?;
         if let Some(last) = entries.last() {
@@ -339,6 +333,14 @@ impl Wal {
             Some(direct) => direct.write(&self.buffer, self.tail.offset),
             None => sync::write_all_at(&self.tail.file, &self.buffer, self.tail.offset),
         }
+    }
+
+    /// Appends a hard-state record to the buffer.
+    fn encode_hard_state(&mut self, hard_state: &HardState) {
+        self.encoder
+            .encode_with(record::TYPE_HARD_STATE, &mut self.buffer, |out| {
+                record::encode_hard_state_payload(hard_state, out)
+            });
     }
 
     /// Writes the buffer at the tail and syncs it; poisons on any failure.
