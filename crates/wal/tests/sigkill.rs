@@ -13,12 +13,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use wal::{Entry, Options, SnapshotPosition, Wal};
+use wal::{Entry, Wal};
 
 const DIR_VARIABLE: &str = "WAL_SIGKILL_DIR";
 const SEGMENT_SIZE_BYTES: u64 = 64 << 10;
@@ -35,25 +35,7 @@ fn entry_for(index: u64) -> Entry {
 }
 
 fn open(dir: &Path) -> (Wal, wal::Replay) {
-    if !Wal::exists(dir) {
-        let log = Wal::create(
-            dir,
-            Options {
-                segment_size_bytes: SEGMENT_SIZE_BYTES,
-            },
-            b"sigkill",
-        )
-        .unwrap();
-        drop(log);
-    }
-    Wal::open(
-        dir,
-        Options {
-            segment_size_bytes: SEGMENT_SIZE_BYTES,
-        },
-        SnapshotPosition::default(),
-    )
-    .unwrap()
+    common::open_or_create(dir, SEGMENT_SIZE_BYTES, b"sigkill")
 }
 
 #[test]
@@ -62,20 +44,7 @@ fn child_writer() {
         return;
     };
     let (mut log, replay) = open(Path::new(&dir));
-    let mut last = replay.entries.last().map_or(0, |e| e.index);
-    let started = Instant::now();
-    let stdout = std::io::stdout();
-    for batch in 0..CHILD_BATCHES_MAX {
-        if started.elapsed() > CHILD_RUN_MAX {
-            break;
-        }
-        let entries: Vec<Entry> = (last + 1..=last + 1 + batch % 8).map(entry_for).collect();
-        log.save(&entries, Some(&common::hard_state(1, last))).unwrap();
-        last = entries.last().unwrap().index;
-        let mut out = stdout.lock();
-        writeln!(out, "synced {last}").unwrap();
-        out.flush().unwrap();
-    }
+    common::write_reporting_synced(&mut log, &replay, entry_for, 8, CHILD_BATCHES_MAX, CHILD_RUN_MAX);
 }
 
 #[test]
@@ -95,8 +64,8 @@ fn sigkill_loses_no_synced_save() {
         let kill_after = 20 + round * 37;
         let mut seen = 0;
         for line in lines.by_ref() {
-            if let Some(index) = line.unwrap().strip_prefix("synced ") {
-                acknowledged = index.parse().unwrap();
+            if let Some(index) = common::synced_index(&line.unwrap()) {
+                acknowledged = index;
                 seen += 1;
                 if seen == kill_after {
                     break;
@@ -108,27 +77,15 @@ fn sigkill_loses_no_synced_save() {
         child.kill().unwrap();
         // Lines written before the kill are acknowledgements too.
         for line in lines {
-            if let Some(index) = line.unwrap().strip_prefix("synced ") {
-                acknowledged = index.parse().unwrap();
+            if let Some(index) = common::synced_index(&line.unwrap()) {
+                acknowledged = index;
             }
         }
         child.wait().unwrap();
         assert!(seen > 0, "round {round}: the child reported no save");
 
         let (log, replay) = open(dir.path());
-        let recovered = replay.entries.len() as u64;
-        assert!(
-            recovered >= acknowledged,
-            "round {round}: recovered {recovered} entries, {acknowledged} acknowledged"
-        );
-        for (position, entry) in replay.entries.iter().enumerate() {
-            assert_eq!(
-                *entry,
-                entry_for(position as u64 + 1),
-                "round {round}: entry {}",
-                position + 1
-            );
-        }
+        common::check_recovered(&replay, acknowledged, entry_for, round);
         drop(log);
     }
     assert!(common::segments(dir.path()).len() > 1, "kills should span segment cuts");

@@ -15,11 +15,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use wal::{Entry, Options, SnapshotPosition, Wal};
+use wal::{Entry, Wal};
 
 const DIR_VARIABLE: &str = "WAL_TORN_DIR";
 const SEGMENT_SIZE_BYTES: u64 = 64 << 10;
@@ -32,13 +33,7 @@ fn entry_for(index: u64) -> Entry {
 }
 
 fn open(dir: &Path) -> (Wal, wal::Replay) {
-    let options = Options {
-        segment_size_bytes: SEGMENT_SIZE_BYTES,
-    };
-    if !Wal::exists(dir) {
-        drop(Wal::create(dir, options.clone(), b"torn").unwrap());
-    }
-    Wal::open(dir, options, SnapshotPosition::default()).unwrap()
+    common::open_or_create(dir, SEGMENT_SIZE_BYTES, b"torn")
 }
 
 #[test]
@@ -48,16 +43,8 @@ fn child_torn_writer() {
     };
     let _failpoints = fail::FailScenario::setup();
     let (mut log, replay) = open(Path::new(&dir));
-    let mut last = replay.entries.last().map_or(0, |e| e.index);
-    let stdout = std::io::stdout();
-    for batch in 0..CHILD_BATCHES_MAX {
-        let entries: Vec<Entry> = (last + 1..=last + 1 + batch % 6).map(entry_for).collect();
-        log.save(&entries, Some(&common::hard_state(1, last))).unwrap();
-        last = entries.last().unwrap().index;
-        let mut out = stdout.lock();
-        writeln!(out, "synced {last}").unwrap();
-        out.flush().unwrap();
-    }
+    // No time bound: the failpoint ends the child.
+    common::write_reporting_synced(&mut log, &replay, entry_for, 6, CHILD_BATCHES_MAX, Duration::MAX);
 }
 
 #[test]
@@ -80,25 +67,12 @@ fn a_torn_write_loses_no_synced_save() {
             "round {round}: the child was to die in a write"
         );
         for line in BufReader::new(&output.stdout[..]).lines() {
-            if let Some(index) = line.unwrap().strip_prefix("synced ") {
-                acknowledged = index.parse().unwrap();
+            if let Some(index) = common::synced_index(&line.unwrap()) {
+                acknowledged = index;
             }
         }
         let (log, replay) = open(dir.path());
-        let recovered = replay.entries.len() as u64;
-        assert!(
-            recovered >= acknowledged,
-            "round {round}: recovered {recovered} entries, {acknowledged} acknowledged"
-        );
-        for (position, entry) in replay.entries.iter().enumerate() {
-            assert_eq!(
-                *entry,
-                entry_for(position as u64 + 1),
-                "round {round}: entry {}",
-                position + 1
-            );
-        }
-        acknowledged = recovered;
+        acknowledged = common::check_recovered(&replay, acknowledged, entry_for, round);
         drop(log);
     }
 }

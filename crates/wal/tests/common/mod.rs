@@ -116,3 +116,70 @@ pub fn copy_dir(from: &Path) -> tempfile::TempDir {
 pub fn hard_state(term: u64, commit: u64) -> HardState {
     HardState { term, vote: 1, commit }
 }
+
+/// Opens the crash tests' log in `dir`, creating it first if needed.
+pub fn open_or_create(dir: &Path, segment_size_bytes: u64, metadata: &[u8]) -> (Wal, wal::Replay) {
+    let options = Options { segment_size_bytes };
+    if !Wal::exists(dir) {
+        drop(Wal::create(dir, options.clone(), metadata).unwrap());
+    }
+    Wal::open(dir, options, SnapshotPosition::default()).unwrap()
+}
+
+/// The crash tests' child writer: saves batches of 1 to `span` entries
+/// made by `entry_for` after what `replay` holds, printing `synced <last
+/// index>` once each save returns, until it dies or has written
+/// `batches_max` batches or run for `run_max`.
+pub fn write_reporting_synced(
+    log: &mut Wal,
+    replay: &wal::Replay,
+    entry_for: fn(u64) -> Entry,
+    span: u64,
+    batches_max: u64,
+    run_max: std::time::Duration,
+) {
+    use std::io::Write;
+    let mut last = replay.entries.last().map_or(0, |e| e.index);
+    let started = std::time::Instant::now();
+    let stdout = std::io::stdout();
+    for batch in 0..batches_max {
+        if started.elapsed() > run_max {
+            break;
+        }
+        let entries: Vec<Entry> = (last + 1..=last + 1 + batch % span).map(entry_for).collect();
+        log.save(&entries, Some(&hard_state(1, last))).unwrap();
+        last = entries.last().unwrap().index;
+        let mut out = stdout.lock();
+        writeln!(out, "synced {last}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+/// The index a child's `synced <index>` line reports, if it is one.
+pub fn synced_index(line: &str) -> Option<u64> {
+    line.strip_prefix("synced ").map(|index| index.parse().unwrap())
+}
+
+/// Checks a recovered log after a crash: at least `acknowledged` entries,
+/// each exactly as `entry_for` made it. Returns how many it holds.
+pub fn check_recovered(
+    replay: &wal::Replay,
+    acknowledged: u64,
+    entry_for: fn(u64) -> Entry,
+    round: impl std::fmt::Display,
+) -> u64 {
+    let recovered = replay.entries.len() as u64;
+    assert!(
+        recovered >= acknowledged,
+        "round {round}: recovered {recovered} entries, {acknowledged} acknowledged"
+    );
+    for (position, entry) in replay.entries.iter().enumerate() {
+        assert_eq!(
+            *entry,
+            entry_for(position as u64 + 1),
+            "round {round}: entry {}",
+            position + 1
+        );
+    }
+    recovered
+}
