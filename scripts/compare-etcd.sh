@@ -42,14 +42,8 @@ work=$(mktemp -d)
 trap 'scripts/local-cluster.sh stop "$work/etcd" || true; scripts/local-cluster.sh stop "$work/kv-server" || true; rm -rf "$work"' EXIT
 endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
 
-# Clock ticks of user + system time the members in DIR/pids have used.
-member_ticks() {  # dir
-    local pid sum=0
-    while read -r pid; do
-        sum=$((sum + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
-    done < "$1/pids"
-    echo "$sum"
-}
+# member_ticks, max_rss_kb
+source scripts/member-stats.sh
 
 # Clock ticks of user + system time this shell's finished children used.
 children_ticks() {
@@ -83,17 +77,12 @@ row() {  # server workload report rss member-ticks tool-ticks requests
 measure() {  # server binary
     local name=$1 binary=$2 dir="$work/$1"
     scripts/local-cluster.sh start "$binary" "$dir"
-    local rss=0 pid member_rss
     bench "$dir" --endpoints=$endpoints --target-leader --conns=1 --clients=1 \
         put --key-size=8 --sequential-keys --val-size=256 --total=$((total / 10))
     row "$name" put-1-client "$REPORT" "-" "$MEMBERS" "$TOOL" $((total / 10))
     bench "$dir" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
         put --key-size=8 --sequential-keys --val-size=256 --total="$total"
-    while read -r pid; do
-        member_rss=$(ps -o rss= -p "$pid" | tr -d ' ')
-        [ "${member_rss:-0}" -gt "$rss" ] && rss=$member_rss
-    done < "$dir/pids"
-    row "$name" put "$REPORT" "$((rss / 1024))" "$MEMBERS" "$TOOL" "$total"
+    row "$name" put "$REPORT" "$(($(max_rss_kb "$dir") / 1024))" "$MEMBERS" "$TOOL" "$total"
     for consistency in l s; do
         bench "$dir" --endpoints=$endpoints --conns=100 --clients=1000 \
             range foo --consistency=$consistency --total="$total"

@@ -34,26 +34,8 @@ endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
 # Bounds on the waits below, in 20 ms polls: a minute.
 POLLS_MAX=3000
 
-member_ticks() {  # dir
-    local pid sum=0
-    while read -r pid; do
-        sum=$((sum + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
-    done < "$1/pids"
-    echo "$sum"
-}
-
-rss_kb() {  # pid
-    ps -o rss= -p "$1" | tr -d ' '
-}
-
-max_rss_kb() {  # dir
-    local pid max=0 rss
-    while read -r pid; do
-        rss=$(rss_kb "$pid")
-        [ "${rss:-0}" -gt "$max" ] && max=$rss
-    done < "$1/pids"
-    echo "$max"
-}
+# member_ticks, rss_kb, max_rss_kb
+source scripts/member-stats.sh
 
 # A member that is not the leader: 2, unless 2 leads, then 3.
 follower() {
