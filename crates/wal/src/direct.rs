@@ -38,8 +38,9 @@ pub struct DirectTail {
     /// The segment's bytes from the block boundary at or below the write
     /// offset up to it.
     partial: Vec<u8>,
-    /// Backing store of the aligned write buffer; the aligned window starts
-    /// at its first 4 KiB boundary.
+    /// Backing store of an aligned copy, for a write whose buffer lost its
+    /// alignment (see [`DirectTail::write`]); the aligned window starts at
+    /// its first 4 KiB boundary.
     backing: Vec<u8>,
 }
 
@@ -63,25 +64,54 @@ impl DirectTail {
         }))
     }
 
-    /// Writes `bytes` at `offset` (the tail's offset, just past the last
-    /// frame), rewriting the block in front of it.
-    pub fn write(&mut self, bytes: &[u8], offset: u64) -> io::Result<()> {
+    /// Starts a write: clears `buffer`, reserves room for `frames_bytes` of
+    /// new frames, and puts the bytes already in the tail's block in front,
+    /// placed at a 4 KiB-aligned address so that [`DirectTail::write`] can
+    /// hand the buffer to the device without copying it. Returns the index
+    /// where the new frames begin; frames are encoded onto the end.
+    pub fn begin(&self, buffer: &mut Vec<u8>, frames_bytes: usize) -> usize {
+        buffer.clear();
+        buffer.reserve(2 * ALIGNMENT_BYTES + self.partial.len() + frames_bytes);
+        let mut pad = buffer.as_ptr().align_offset(ALIGNMENT_BYTES);
+        if !pad.is_multiple_of(8) {
+            // Frames must start 8-aligned in the buffer; this write will
+            // take the copying path.
+            pad = 0;
+        }
+        buffer.resize(pad, 0);
+        buffer.extend_from_slice(&self.partial);
+        buffer.len()
+    }
+
+    /// Writes the frames in `buffer[frames_start..]` (a buffer prepared by
+    /// [`DirectTail::begin`]) at `offset`, the tail's offset just past the
+    /// last frame, rewriting the block in front of it. The write goes
+    /// straight from `buffer` when it is still aligned, which it is unless
+    /// the frames outgrew the room `begin` reserved; otherwise it is
+    /// copied into an aligned buffer first. `buffer` is left padded.
+    pub fn write(&mut self, buffer: &mut Vec<u8>, frames_start: usize, offset: u64) -> io::Result<()> {
+        let prefix_start = frames_start - self.partial.len();
         let start = offset - self.partial.len() as u64;
         debug_assert_eq!(start % ALIGNMENT_BYTES as u64, 0, "the partial block starts aligned");
-        let data = self.partial.len() + bytes.len();
+        let data = buffer.len() - prefix_start;
         let length = data.div_ceil(ALIGNMENT_BYTES) * ALIGNMENT_BYTES;
-        if self.backing.len() < length + ALIGNMENT_BYTES {
-            self.backing = vec![0u8; length + ALIGNMENT_BYTES];
+        buffer.resize(prefix_start + length, 0);
+        let window = &buffer[prefix_start..];
+        if window.as_ptr().align_offset(ALIGNMENT_BYTES) == 0 {
+            sync::write_all_at(&self.file, window, start)?;
+        } else {
+            if self.backing.len() < length + ALIGNMENT_BYTES {
+                self.backing = vec![0u8; length + ALIGNMENT_BYTES];
+            }
+            let align = self.backing.as_ptr().align_offset(ALIGNMENT_BYTES);
+            let aligned = &mut self.backing[align..align + length];
+            aligned.copy_from_slice(window);
+            sync::write_all_at(&self.file, aligned, start)?;
         }
-        let align = self.backing.as_ptr().align_offset(ALIGNMENT_BYTES);
-        let buffer = &mut self.backing[align..align + length];
-        buffer[..self.partial.len()].copy_from_slice(&self.partial);
-        buffer[self.partial.len()..data].copy_from_slice(bytes);
-        buffer[data..].fill(0);
-        sync::write_all_at(&self.file, buffer, start)?;
         let kept = data % ALIGNMENT_BYTES;
-        let tail_start = data - kept;
-        self.partial = buffer[tail_start..data].to_vec();
+        let tail_start = prefix_start + data - kept;
+        self.partial.clear();
+        self.partial.extend_from_slice(&buffer[tail_start..tail_start + kept]);
         Ok(())
     }
 }
@@ -94,7 +124,8 @@ mod tests {
     // exactly the bytes written, in order, then zeros.
     // Method: a preallocated file in a temporary directory (on this
     // project's machines, ext4, which takes O_DIRECT); writes of sizes
-    // around the block size, each checked against a buffered read.
+    // around the block size, each checked against a buffered read. The
+    // buffers are reserved short so some writes take the copying path.
     #[test]
     fn direct_writes_keep_every_byte() {
         let dir = tempfile::tempdir().unwrap();
@@ -115,7 +146,10 @@ mod tests {
         let mut expected = header.clone();
         for (round, size) in [8usize, 4088, 4096, 4104, 16, 12_000, 8].into_iter().enumerate() {
             let bytes = vec![round as u8 + 1; size];
-            tail.write(&bytes, expected.len() as u64).unwrap();
+            let mut buffer = Vec::new();
+            let frames_start = tail.begin(&mut buffer, size / 2);
+            buffer.extend_from_slice(&bytes);
+            tail.write(&mut buffer, frames_start, expected.len() as u64).unwrap();
             expected.extend_from_slice(&bytes);
         }
         let mut read = vec![0u8; expected.len() + 4096];

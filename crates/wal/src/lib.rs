@@ -11,8 +11,10 @@
 //!   type, payload, padding. Encoding and the checks made when reading.
 //! - [`decoder`]: walks one segment's bytes frame by frame and tells a clean
 //!   end from a torn tail from corruption.
-//! - [`segment`]: segment file names, creation (preallocate, header, fsync,
-//!   rename, fsync of the directory) and listing.
+//! - [`segment`]: segment file names, creation (header, fsync, rename,
+//!   fsync of the directory) and listing.
+//! - [`spare`]: the next segment's file, zero-filled ahead of need on a
+//!   background thread, so syncs never pay for ext4's unwritten extents.
 //! - [`repair`]: truncates a torn tail, keeping a `.broken` copy.
 //! - [`replay`]: chooses the segments to read for a snapshot position and
 //!   rebuilds the entries and last hard state.
@@ -51,13 +53,15 @@
 //! in a segment before the last one whose `first_index <= S`; replay and
 //! purge rely on that (see [`replay`]).
 //!
-//! A new segment is written as `{name}.tmp`, preallocated, given its header
-//! and synced, then renamed into place, then the directory is fsynced. So a
-//! segment that exists under its final name always has a durable header.
-//! Leftover `.tmp` files are removed at open.
+//! A new segment starts as `spare.tmp`, preallocated and written full of
+//! zeros (see [`spare`]), is given its header and synced, then renamed into
+//! place, then the directory is fsynced. So a segment that exists under its
+//! final name always has a durable header. Leftover `.tmp` files are
+//! removed at open.
 //!
 //! Segments are preallocated to the segment size (64 MiB by default,
-//! settable for tests). Bytes past the last record are zero. A segment is
+//! settable for tests), rounded up to 4 KiB. Bytes past the last record
+//! are zero. A segment is
 //! cut after a save leaves it at or past that size, so a segment exceeds it
 //! by at most one batch.
 //!
@@ -107,6 +111,7 @@ pub mod record;
 pub mod repair;
 pub mod replay;
 pub mod segment;
+pub mod spare;
 pub mod sync;
 pub mod wal;
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::frame::Encoder;
 use crate::record::{HardState, Record};
+use crate::spare::Prepared;
 use crate::sync;
 
 pub const SEGMENT_SUFFIX: &str = ".wal";
@@ -79,27 +80,19 @@ pub struct Segment {
     pub offset: u64,
 }
 
-/// Creates a segment: writes its header into a preallocated `.tmp` file,
-/// syncs it, renames it into place and syncs the directory. Returns the
-/// segment and the encoder's crc after the header.
+/// Creates a segment from a prepared spare (see spare.rs): writes its
+/// header, syncs it, renames it into place and syncs the directory.
+/// Returns the segment and the encoder's crc after the header.
 pub fn create(
     dir: &Path,
     name: SegmentName,
-    size_bytes: u64,
+    spare: Prepared,
     seed: u32,
     metadata: &[u8],
     hard_state: &HardState,
 ) -> Result<(Segment, u32)> {
     let path = name.path(dir);
-    let temporary = dir.join(format!("{}{TEMPORARY_SUFFIX}", name.file_name()));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&temporary)
-        .map_err(|e| Error::io("create segment", &temporary, e))?;
-    sync::preallocate(&file, size_bytes).map_err(|e| Error::io("preallocate", &temporary, e))?;
-
+    let Prepared { file, path: temporary } = spare;
     let mut header = Vec::new();
     let mut encoder = Encoder::new(seed);
     encoder.encode(&Record::CrcSeed(seed), &mut header);

@@ -13,16 +13,20 @@
 
 use std::fs::{self, File, TryLockError};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
 
 use crate::direct::DirectTail;
 use crate::error::{Error, Result};
-use crate::frame::{Encoder, BODY_HEADER_BYTES, LENGTH_WORD_BYTES, RECORD_BODY_BYTES_MAX};
+use crate::frame::{
+    Encoder, ALIGNMENT_BYTES as FRAME_ALIGNMENT_BYTES, BODY_HEADER_BYTES, LENGTH_WORD_BYTES, RECORD_BODY_BYTES_MAX,
+};
 use crate::record::{self, Entry, HardState, Record, SnapshotMeta};
 use crate::replay::{self, Replay, SnapshotPosition};
 use crate::segment::{self, Segment, SegmentName};
+use crate::spare::{self, Spare};
 use crate::sync;
 
 /// Default segment size: 64 MiB, etcd's. Large enough that cuts (a file
@@ -35,6 +39,13 @@ pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 64 << 20;
 pub const SYNC_LATENCY_US_MAX: u64 = 60_000_000;
 
 const LOCK_FILE: &str = "LOCK";
+
+/// Room reserved for a hard-state frame: three varints and the framing,
+/// rounded up. Only a hint for the buffer; a larger frame still fits.
+const HARD_STATE_FRAME_BYTES_MAX: usize = 64;
+
+/// Room reserved for a snapshot frame; a hint as above.
+const SNAPSHOT_FRAME_BYTES_MAX: usize = 64;
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -64,6 +75,9 @@ pub struct Wal {
     /// The tail opened for writes around the page cache, where the file
     /// system allows it (see direct.rs).
     direct: Option<DirectTail>,
+    /// The next segment's file, being zero-filled (see spare.rs); started
+    /// once the tail is half full, taken at the cut.
+    spare: Option<Spare>,
     encoder: Encoder,
     last_index: u64,
     hard_state: HardState,
@@ -71,7 +85,10 @@ pub struct Wal {
     /// and waits for the next save (see [`Wal::save`]).
     hard_state_held: bool,
     /// Reused between saves so a save allocates nothing in steady state.
+    /// With a direct tail it starts with the bytes already in the tail's
+    /// block (see direct.rs); the new frames start at `frames_start`.
     buffer: Vec<u8>,
+    frames_start: usize,
     poisoned: bool,
     sync_latency_us: Histogram<u64>,
 }
@@ -84,7 +101,7 @@ impl Drop for Wal {
             return;
         }
         let hard_state = self.hard_state;
-        self.buffer.clear();
+        self.start_buffer(HARD_STATE_FRAME_BYTES_MAX);
         self.encode_hard_state(&hard_state);
         if let Err(error) = self.write_and_sync() {
             tracing::warn!(%error, "the last commit index could not be written on close");
@@ -106,7 +123,8 @@ impl Wal {
         }
         let name = SegmentName { seq: 0, first_index: 0 };
         let hard_state = HardState::default();
-        let (tail, crc) = segment::create(dir, name, options.segment_size_bytes, 0, metadata, &hard_state)?;
+        let prepared = spare::prepare(dir, options.segment_size_bytes, &AtomicBool::new(false))?;
+        let (tail, crc) = segment::create(dir, name, prepared, 0, metadata, &hard_state)?;
         let direct = open_direct(&tail)?;
         Ok(Wal {
             dir: dir.to_path_buf(),
@@ -116,11 +134,13 @@ impl Wal {
             segments: vec![name],
             tail,
             direct,
+            spare: None,
             encoder: Encoder::new(crc),
             last_index: 0,
             hard_state,
             hard_state_held: false,
             buffer: Vec::new(),
+            frames_start: 0,
             poisoned: false,
             sync_latency_us: new_latency_histogram(),
         })
@@ -154,11 +174,13 @@ impl Wal {
             segments: recovered.segments,
             tail,
             direct,
+            spare: None,
             encoder: Encoder::new(recovered.crc),
             last_index: recovered.last_index,
             hard_state: recovered.replay.hard_state,
             hard_state_held: false,
             buffer: Vec::new(),
+            frames_start: 0,
             poisoned: false,
             sync_latency_us: new_latency_histogram(),
         };
@@ -186,6 +208,7 @@ impl Wal {
     /// stale one as they take a lost one.
     pub fn save(&mut self, entries: &[Entry], hard_state: Option<&HardState>) -> Result<()> {
         self.check_usable()?;
+        let mut frames_bytes = HARD_STATE_FRAME_BYTES_MAX;
         if let Some(first) = entries.first() {
             assert!(
                 first.index <= self.last_index + 1,
@@ -206,6 +229,7 @@ impl Wal {
                         max: RECORD_BODY_BYTES_MAX,
                     });
                 }
+                frames_bytes += LENGTH_WORD_BYTES + body_bytes + FRAME_ALIGNMENT_BYTES;
             }
         }
         let must_sync = !entries.is_empty()
@@ -223,7 +247,7 @@ impl Wal {
             given => given.copied(),
         };
         let hard_state = hard_state.as_ref();
-        self.buffer.clear();
+        self.start_buffer(frames_bytes);
         for entry in entries {
             self.encoder.encode_with(record::TYPE_ENTRY, &mut self.buffer, |out| {
                 record::encode_entry_payload(entry.index, entry.term, &entry.data, out)
@@ -247,7 +271,7 @@ impl Wal {
     /// once the snapshot itself is durable, and before [`Wal::release_to`].
     pub fn save_snapshot(&mut self, snapshot: &SnapshotMeta) -> Result<()> {
         self.check_usable()?;
-        self.buffer.clear();
+        self.start_buffer(SNAPSHOT_FRAME_BYTES_MAX);
         self.encoder
             .encode(&Record::Snapshot(snapshot.clone()), &mut self.buffer);
         self.write_and_sync()?;
@@ -327,10 +351,22 @@ impl Wal {
         Ok(())
     }
 
-    /// Writes the buffer at the tail, directly when the tail allows it.
+    /// Readies the buffer for new frames, about `frames_bytes` of them.
+    fn start_buffer(&mut self, frames_bytes: usize) {
+        self.frames_start = match &self.direct {
+            Some(direct) => direct.begin(&mut self.buffer, frames_bytes),
+            None => {
+                self.buffer.clear();
+                0
+            }
+        };
+    }
+
+    /// Writes the buffer's frames at the tail, directly when the tail
+    /// allows it.
     fn write_buffer(&mut self) -> std::io::Result<()> {
         match &mut self.direct {
-            Some(direct) => direct.write(&self.buffer, self.tail.offset),
+            Some(direct) => direct.write(&mut self.buffer, self.frames_start, self.tail.offset),
             None => sync::write_all_at(&self.tail.file, &self.buffer, self.tail.offset),
         }
     }
@@ -345,8 +381,9 @@ impl Wal {
 
     /// Writes the buffer at the tail and syncs it; poisons on any failure.
     fn write_and_sync(&mut self) -> Result<()> {
-        debug_assert_eq!(self.buffer.len() % 8, 0);
-        debug_assert!(self.buffer.len() >= LENGTH_WORD_BYTES);
+        let frames_bytes = self.buffer.len() - self.frames_start;
+        debug_assert_eq!(frames_bytes % FRAME_ALIGNMENT_BYTES, 0);
+        debug_assert!(frames_bytes >= LENGTH_WORD_BYTES);
         if let Err(error) = self.write_buffer() {
             self.poisoned = true;
             return Err(Error::io("write", &self.tail.path, error));
@@ -360,26 +397,36 @@ impl Wal {
         }
         let micros = (started.elapsed().as_micros() as u64).clamp(1, SYNC_LATENCY_US_MAX);
         self.sync_latency_us.saturating_record(micros);
-        self.tail.offset += self.buffer.len() as u64;
+        self.tail.offset += frames_bytes as u64;
         Ok(())
     }
 
     fn cut_if_full(&mut self) -> Result<()> {
-        if self.tail.offset < self.options.segment_size_bytes {
+        let size_bytes = self.options.segment_size_bytes;
+        if self.spare.is_none() && self.tail.offset >= size_bytes / 2 {
+            self.spare = Some(Spare::start(&self.dir, size_bytes));
+        }
+        if self.tail.offset < size_bytes {
             return Ok(());
         }
         let name = SegmentName {
             seq: self.tail.name.seq + 1,
             first_index: self.last_index + 1,
         };
-        let created = segment::create(
-            &self.dir,
-            name,
-            self.options.segment_size_bytes,
-            self.encoder.crc(),
-            &self.metadata,
-            &self.hard_state,
-        );
+        let prepared = match self.spare.take() {
+            Some(spare) => spare.take(&self.dir, size_bytes),
+            None => spare::prepare(&self.dir, size_bytes, &AtomicBool::new(false)),
+        };
+        let created = prepared.and_then(|prepared| {
+            segment::create(
+                &self.dir,
+                name,
+                prepared,
+                self.encoder.crc(),
+                &self.metadata,
+                &self.hard_state,
+            )
+        });
         match created {
             Ok((tail, crc)) => {
                 self.direct = match open_direct(&tail) {
