@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 
-use crate::key_index::{KeyIndex, Slot};
+use crate::key_index::{Generation, KeyIndex, Slot};
 use crate::revision::Revision;
 
 /// How a request's `range_end` bounds its keys.
@@ -60,6 +60,18 @@ pub struct TreeIndex {
 impl TreeIndex {
     pub fn put(&mut self, key: &[u8], revision: Revision) {
         self.history_mut(key).put(revision);
+    }
+
+    /// Records a put read back from storage while rebuilding, with its
+    /// stored create revision (see `KeyIndex::put_rebuilt`).
+    pub fn put_rebuilt(&mut self, key: &[u8], revision: Revision, created: i64) {
+        self.history_mut(key).put_rebuilt(revision, created);
+    }
+
+    /// The key's current generation: whether it is live, and if the index
+    /// knows them, its create revision and version.
+    pub fn generation(&self, key: &[u8]) -> Generation {
+        self.keys.get(key).map_or(Generation::Absent, KeyIndex::generation)
     }
 
     /// Records a delete. Outside a rebuild the key is live; a rebuild may

@@ -27,8 +27,18 @@
 //! - `compact(at: 10)` keeps `9.0` only; compacting a history whose last
 //!   revision is a tombstone empties it, and the index drops the key.
 //!
-//! Versions and create revisions are not kept here: they live in the
-//! stored key-value of the key's latest revision.
+//! Versions and create revisions are not stored here (they live in the
+//! stored key-value of each revision), but a put needs them, and reading
+//! the previous key-value from storage was a third of a put's cost. So
+//! [`KeyIndex::generation`] derives them from the history: the create
+//! revision is the first slot of the current generation and the version
+//! is how many slots it has. That holds until a compaction drops the start
+//! of a live generation; the slot left at its head is then marked
+//! ("compacted head"), and for such a key the put reads storage as before.
+//! With `compact(at: 6)` above, the history `[5.0*, 7.0t, 9.0]` (5.0
+//! marked) still gives foo's generation at 9 as created 9, version 1;
+//! compacting `[2.0, 5.0]` at 6 leaves `[5.0*]`, whose generation is
+//! unknown here.
 //!
 //! # Memory
 //! Each revision is packed into 12 bytes (main with the tombstone flag in
@@ -41,6 +51,23 @@ use smallvec::SmallVec;
 use crate::revision::Revision;
 
 const TOMBSTONE_BIT: u64 = 1 << 63;
+/// Set on a slot left at the head of a history when compaction (or a
+/// rebuild after one) dropped the earlier slots of its generation: that
+/// generation's create revision and version are not in the index.
+const COMPACTED_HEAD_BIT: u64 = 1 << 62;
+const FLAG_BITS: u64 = TOMBSTONE_BIT | COMPACTED_HEAD_BIT;
+
+/// What the index knows of a key's current generation (see the module
+/// docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// The key has no live value.
+    Absent,
+    /// The key is live: created at `created`, modified `version` times.
+    Live { created: i64, version: i64 },
+    /// The key is live, but compaction dropped its generation's start.
+    Unknown,
+}
 
 /// One revision of a key's history, packed to 12 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +80,11 @@ pub struct Slot {
 impl Slot {
     pub fn new(revision: Revision, tombstone: bool) -> Slot {
         assert!(revision.main > 0, "revisions start at 1");
+        assert!(
+            (revision.main as u64) & FLAG_BITS == 0,
+            "revision {} too large",
+            revision.main
+        );
         let sub = u32::try_from(revision.sub).expect("fewer than 2^32 changes in one revision");
         Slot {
             main_and_flag: revision.main as u64 | if tombstone { TOMBSTONE_BIT } else { 0 },
@@ -65,11 +97,19 @@ impl Slot {
     }
 
     pub fn main(self) -> i64 {
-        (self.main_and_flag & !TOMBSTONE_BIT) as i64
+        (self.main_and_flag & !FLAG_BITS) as i64
     }
 
     pub fn is_tombstone(self) -> bool {
         self.main_and_flag & TOMBSTONE_BIT != 0
+    }
+
+    fn is_compacted_head(self) -> bool {
+        self.main_and_flag & COMPACTED_HEAD_BIT != 0
+    }
+
+    fn mark_compacted_head(&mut self) {
+        self.main_and_flag |= COMPACTED_HEAD_BIT;
     }
 }
 
@@ -83,6 +123,17 @@ impl KeyIndex {
     /// Records a put at `revision`. Revisions must only grow.
     pub fn put(&mut self, revision: Revision) {
         self.push(Slot::new(revision, false));
+    }
+
+    /// Records a put read back from storage while rebuilding: `created` is
+    /// its stored create revision. A put that starts a generation here but
+    /// was created earlier is the head a compaction left (module docs).
+    pub fn put_rebuilt(&mut self, revision: Revision, created: i64) {
+        let starts_generation = !self.is_live();
+        self.put(revision);
+        if starts_generation && created != revision.main {
+            self.history.last_mut().expect("just pushed").mark_compacted_head();
+        }
     }
 
     /// Records a delete at `revision`. The key must exist, except that a
@@ -107,6 +158,26 @@ impl KeyIndex {
         self.history.last().is_some_and(|slot| !slot.is_tombstone())
     }
 
+    /// The key's current generation (see the module docs).
+    pub fn generation(&self) -> Generation {
+        if !self.is_live() {
+            return Generation::Absent;
+        }
+        let start = self
+            .history
+            .iter()
+            .rposition(|slot| slot.is_tombstone())
+            .map_or(0, |tombstone| tombstone + 1);
+        let head = self.history[start];
+        if head.is_compacted_head() {
+            return Generation::Unknown;
+        }
+        Generation::Live {
+            created: head.main(),
+            version: (self.history.len() - start) as i64,
+        }
+    }
+
     /// The newest revision, whether or not it is a tombstone.
     pub fn latest(&self) -> Option<Slot> {
         self.history.last().copied()
@@ -127,7 +198,15 @@ impl KeyIndex {
         let position = self.history.partition_point(|slot| slot.main() <= at);
         let kept = self.kept_at(at);
         let keep_from = if kept.is_some() { position - 1 } else { position };
+        // The new head continues the generation of the last slot dropped
+        // unless that slot was a tombstone.
+        let cuts_generation = keep_from > 0 && !self.history[keep_from - 1].is_tombstone();
         self.history.drain(..keep_from);
+        if cuts_generation {
+            if let Some(head) = self.history.first_mut() {
+                head.mark_compacted_head();
+            }
+        }
         kept.map(Slot::revision)
     }
 
@@ -223,9 +302,67 @@ mod tests {
     #[test]
     fn slots_pack_into_twelve_bytes() {
         assert_eq!(std::mem::size_of::<Slot>(), 12);
-        let slot = Slot::new(Revision::new(i64::MAX >> 1, 77), true);
+        let mut slot = Slot::new(Revision::new(i64::MAX >> 1, 77), true);
+        slot.mark_compacted_head();
         assert_eq!(slot.revision(), Revision::new(i64::MAX >> 1, 77));
         assert!(slot.is_tombstone());
+        assert!(slot.is_compacted_head());
         assert!(!Slot::new(Revision::new(5, 0), false).is_tombstone());
+    }
+
+    // Goal: a generation's create revision and version come from the
+    // history until compaction cuts into it, across deletes and rebuilds.
+    #[test]
+    fn generations_are_known_until_compaction_cuts_them() {
+        let mut index = KeyIndex::default();
+        assert_eq!(index.generation(), Generation::Absent);
+        index.put(rev(2));
+        index.put(rev(5));
+        assert_eq!(index.generation(), Generation::Live { created: 2, version: 2 });
+        index.tombstone(rev(7));
+        assert_eq!(index.generation(), Generation::Absent);
+        index.put(rev(9));
+        assert_eq!(index.generation(), Generation::Live { created: 9, version: 1 });
+
+        let mut compacted = index.clone();
+        compacted.compact(6);
+        assert_eq!(compacted.generation(), Generation::Live { created: 9, version: 1 });
+        compacted.compact(9);
+        assert_eq!(
+            compacted.generation(),
+            Generation::Live { created: 9, version: 1 },
+            "9 starts its generation"
+        );
+
+        let mut cut = KeyIndex::default();
+        cut.put(rev(2));
+        cut.put(rev(5));
+        cut.compact(6);
+        assert_eq!(cut.generation(), Generation::Unknown);
+        cut.put(rev(8));
+        assert_eq!(
+            cut.generation(),
+            Generation::Unknown,
+            "the generation still began before 5"
+        );
+        cut.tombstone(rev(10));
+        cut.put(rev(11));
+        assert_eq!(
+            cut.generation(),
+            Generation::Live {
+                created: 11,
+                version: 1
+            }
+        );
+
+        let mut rebuilt = KeyIndex::default();
+        rebuilt.put_rebuilt(rev(5), 2);
+        rebuilt.put_rebuilt(rev(8), 2);
+        assert_eq!(rebuilt.generation(), Generation::Unknown);
+        let mut rebuilt = KeyIndex::default();
+        rebuilt.tombstone(rev(7));
+        rebuilt.put_rebuilt(rev(9), 9);
+        rebuilt.put_rebuilt(rev(12), 9);
+        assert_eq!(rebuilt.generation(), Generation::Live { created: 9, version: 2 });
     }
 }

@@ -25,6 +25,7 @@ use crate::block::Record;
 use crate::error::{Error, Result};
 use crate::hash::{Hasher, KeyValueHash, COMPACTION_HASHES_KEPT};
 use crate::index::{RangeEnd, TreeIndex};
+use crate::key_index::Generation;
 use crate::key_value::{Event, EventKind, KeyValue};
 use crate::kv::{ReadView, WriteTxn};
 use crate::lease::{Lease, LeaseTable};
@@ -170,7 +171,7 @@ fn rebuild(db: &sled::Db) -> Result<(TreeIndex, LeaseTable, i64, i64)> {
             index.tombstone(&kv.key, revision);
             leases.detach(&kv.key);
         } else {
-            index.put(&kv.key, revision);
+            index.put_rebuilt(&kv.key, revision, kv.create_revision);
             leases.attach(&kv.key, kv.lease);
         }
         highest = revision.main;
@@ -891,15 +892,42 @@ impl WriteTxn for StoreTxn<'_> {
         if request.lease != crate::lease::NO_LEASE && !self.state.leases.contains(request.lease) {
             return Err(Error::LeaseNotFound);
         }
-        let previous = self.live(&request.key)?;
+        // The index usually knows the key's generation; storage is read
+        // only when the request needs the previous key-value or a
+        // compaction hid the generation's start (see key_index.rs).
+        let needs_previous = request.prev_kv || request.ignore_value || request.ignore_lease;
+        let generation = match self.state.index.generation(&request.key) {
+            Generation::Unknown => None,
+            _ if needs_previous => None,
+            known => Some(known),
+        };
+        let previous = match generation {
+            Some(_) => None,
+            None => self.live(&request.key)?,
+        };
         if (request.ignore_value || request.ignore_lease) && previous.is_none() {
             return Err(Error::KeyNotFound);
         }
         let revision = self.next_revision();
-        let (create_revision, version) = match &previous {
-            Some(previous) => (previous.create_revision, previous.version + 1),
-            None => (revision.main, 1),
+        let (create_revision, version) = match (generation, &previous) {
+            (Some(Generation::Live { created, version }), _) => (created, version + 1),
+            (None, Some(previous)) => (previous.create_revision, previous.version + 1),
+            _ => (revision.main, 1),
         };
+        if cfg!(debug_assertions) {
+            if let Some(known) = generation {
+                let stored = self.live(&request.key)?.map(|p| (p.create_revision, p.version));
+                let indexed = match known {
+                    Generation::Live { created, version } => Some((created, version)),
+                    _ => None,
+                };
+                assert_eq!(
+                    indexed, stored,
+                    "the index's generation of {:?} disagrees with storage",
+                    request.key
+                );
+            }
+        }
         let kv = KeyValue {
             key: request.key.clone(),
             create_revision,
