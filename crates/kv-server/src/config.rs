@@ -60,6 +60,14 @@ pub struct Config {
     /// Applied entries between snapshots.
     #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]
     pub snapshot_count: u64,
+    /// Applied entries kept in memory for followers slightly behind; one
+    /// further behind gets a snapshot (etcd 3.6's flag and default).
+    #[arg(
+        long = "experimental-snapshot-catchup-entries",
+        env = "ETCD_EXPERIMENTAL_SNAPSHOT_CATCHUP_ENTRIES",
+        default_value_t = crate::raft::node::SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT
+    )]
+    pub snapshot_catch_up_entries: u64,
     /// Largest client request accepted, in bytes.
     #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = MAX_REQUEST_BYTES_DEFAULT)]
     pub max_request_bytes: usize,

@@ -50,9 +50,20 @@ fn put(key: String) -> pb::PutRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_far_behind_refuses_writes_until_it_catches_up() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // A snapshot count above the puts, so the leader keeps the whole log
-    // and the follower catches up from entries, not from a snapshot.
-    let mut cluster = common::Cluster::start(&common::kv_server(), dir.path(), 9379, &["--snapshot-count", "100000"]);
+    // A snapshot count and catch-up window above the puts, so the leader
+    // keeps the whole log and the follower catches up from entries, not
+    // from a snapshot.
+    let mut cluster = common::Cluster::start(
+        &common::kv_server(),
+        dir.path(),
+        9379,
+        &[
+            "--snapshot-count",
+            "100000",
+            "--experimental-snapshot-catchup-entries",
+            "100000",
+        ],
+    );
     let endpoints: Vec<String> = cluster.members.iter().map(common::Member::endpoint).collect();
     let (leader, _) = common::leader(&endpoints, Duration::from_secs(5)).await;
     let follower = (leader + 1) % 3;

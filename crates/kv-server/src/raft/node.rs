@@ -33,12 +33,25 @@ const MAX_SIZE_PER_MSG: u64 = 1 << 20;
 /// etcd's `max_inflight_msgs`: appends in flight per follower.
 const MAX_INFLIGHT_MSGS: usize = 512;
 
-/// Entries kept in memory behind a snapshot so that a follower slightly
-/// behind catches up from the log rather than by a whole snapshot: etcd's
-/// `SnapshotCatchUpEntries`, but never more than `--snapshot-count`, so a
-/// member stopped while more than that many entries are written does
-/// catch up by snapshot.
-pub const SNAPSHOT_CATCH_UP_ENTRIES_MAX: u64 = 5000;
+/// Applied entries kept in memory so that a follower slightly behind
+/// catches up from the log rather than by a whole snapshot: etcd's
+/// `SnapshotCatchUpEntries` and the default of its
+/// `--experimental-snapshot-catchup-entries`. The window is never more
+/// than `--snapshot-count`, so a member stopped while more than that many
+/// entries are written does catch up by snapshot.
+///
+/// The in-memory log is compacted to this window as applies go (every
+/// [`LOG_COMPACTION_INTERVAL_ENTRIES`]), not only at snapshots: a snapshot
+/// here is the store as it stands, which can be sent at any time without a
+/// snapshot record in the WAL, so holding `--snapshot-count` entries (up to
+/// 100,000 by default, about 40 MB of raft entries at 256-byte puts)
+/// bought nothing a follower within the window could use.
+pub const SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT: u64 = 5000;
+
+/// Applied entries between compactions of the in-memory log: each one
+/// moves the window's entries down in raft's vector, so not on every
+/// apply; 1,000 bounds the excess over the window to a fifth of it.
+pub const LOG_COMPACTION_INTERVAL_ENTRIES: u64 = 1000;
 
 /// The loop's settings, from the member's flags.
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +63,9 @@ pub struct NodeConfig {
     pub election_ticks: usize,
     /// Applied entries between snapshots.
     pub snapshot_count: u64,
+    /// Applied entries kept in memory for followers slightly behind (see
+    /// [`SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT`]).
+    pub catch_up_entries: u64,
 }
 
 /// What the loop is built from.
@@ -233,6 +249,7 @@ impl Node {
         self.send_committed(light.take_committed_entries());
         self.raw.advance_apply();
         self.maybe_snapshot();
+        self.maybe_compact_log();
         let raft = &self.raw.raft;
         self.status.set_raft(raft.term, raft.leader_id, raft.raft_log.committed);
     }
@@ -306,13 +323,31 @@ impl Node {
             Ok(released) => released,
             Err(error) => fatal("the WAL could not release segments", &error),
         };
-        let keep = count.min(SNAPSHOT_CATCH_UP_ENTRIES_MAX);
-        let first_kept = applied.saturating_sub(keep).max(1);
+        self.compact_log(applied);
+        self.snapshot_index = applied;
+        tracing::info!(index = applied, term, released, "took a snapshot");
+    }
+
+    /// Every [`LOG_COMPACTION_INTERVAL_ENTRIES`] applied entries, drops
+    /// the in-memory entries behind the catch-up window.
+    fn maybe_compact_log(&mut self) {
+        let Ok(first) = self.log.first_index() else { return };
+        if log_compaction_due(self.status.applied(), first, self.catch_up_window()) {
+            self.compact_log(self.status.applied());
+        }
+    }
+
+    /// Entries kept behind the applied index: the catch-up setting, but
+    /// never more than `--snapshot-count`.
+    fn catch_up_window(&self) -> u64 {
+        self.config.catch_up_entries.min(self.config.snapshot_count.max(1))
+    }
+
+    fn compact_log(&mut self, applied: u64) {
+        let first_kept = first_kept(applied, self.catch_up_window());
         if let Err(error) = self.log.compact(first_kept) {
             tracing::warn!(%error, "could not compact the in-memory log");
         }
-        self.snapshot_index = applied;
-        tracing::info!(index = applied, term, released, first_kept, "took a snapshot");
     }
 
     fn send_committed(&mut self, entries: Vec<Entry>) {
@@ -338,5 +373,40 @@ impl Node {
         if self.apply.send(input).is_err() {
             fatal("the apply stage stopped", &"its queue is closed");
         }
+    }
+}
+
+/// Whether the in-memory log, whose first entry is `first`, holds
+/// [`LOG_COMPACTION_INTERVAL_ENTRIES`] or more applied entries beyond the
+/// `window` kept behind `applied`.
+fn log_compaction_due(applied: u64, first: u64, window: u64) -> bool {
+    applied >= first + window + LOG_COMPACTION_INTERVAL_ENTRIES
+}
+
+/// The first entry the in-memory log keeps: `window` entries behind
+/// `applied`, and never index 0 (raft's dummy entry).
+fn first_kept(applied: u64, window: u64) -> u64 {
+    applied.saturating_sub(window).max(1)
+}
+
+#[cfg(test)]
+mod compaction_tests {
+    use super::*;
+
+    // Goal: the in-memory log is compacted once it holds an interval of
+    // applied entries past the window, and keeps exactly the window.
+    #[test]
+    fn the_log_keeps_the_catch_up_window() {
+        let window = SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT;
+        let interval = LOG_COMPACTION_INTERVAL_ENTRIES;
+        assert!(!log_compaction_due(window + interval, 1, window));
+        assert!(log_compaction_due(window + interval + 1, 1, window));
+        assert_eq!(first_kept(window + interval + 1, window), interval + 1);
+        // After compacting, the next one waits for another interval.
+        let first = first_kept(20_000, window);
+        assert!(!log_compaction_due(20_000 + interval - 1, first, window));
+        assert!(log_compaction_due(20_000 + interval, first, window));
+        // A young log is never compacted below index 1.
+        assert_eq!(first_kept(3, window), 1);
     }
 }

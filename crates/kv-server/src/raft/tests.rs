@@ -31,7 +31,7 @@ use crate::member::watch_hub::WatchHub;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::{raft_request, RaftRequest};
 use crate::raft::input::{NodeInput, Outbox, NODE_INPUT_CAPACITY};
-use crate::raft::node::{Node, NodeConfig, NodeParts};
+use crate::raft::node::{Node, NodeConfig, NodeParts, SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT};
 use crate::raft::status::RaftStatus;
 use crate::storage::attributes::MemberAttributes;
 use crate::storage::durable_log::{DurableLog, LogOwner};
@@ -103,6 +103,7 @@ fn start(id: u64, network: &Network) -> TestMember {
             tick_interval: TICK,
             election_ticks: 10,
             snapshot_count: 100_000,
+            catch_up_entries: SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT,
         },
         log,
         store: store.clone(),

@@ -123,6 +123,7 @@ fn start_threads(
         tick_interval: member.config.tick_interval(),
         election_ticks: member.config.election_ticks(),
         snapshot_count: member.config.snapshot_count,
+        catch_up_entries: member.config.snapshot_catch_up_entries,
     };
     let node = Node::new(
         NodeParts {
