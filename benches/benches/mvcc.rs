@@ -18,7 +18,8 @@ use mvcc::{CompactionRequest, PutRequest, RangeRequest, Store, WriteRequest};
 
 /// kv-server's allocator: the store's cost per put is mostly allocation
 /// (a profile under glibc's malloc had over a third of the time in it),
-/// so it is measured with the allocator the server uses.
+/// so it is measured with the allocator the server uses, built and tuned
+/// as the server's (`kv_server::allocator::tune`, called first).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -55,6 +56,7 @@ fn fill(store: &Store, raft_index: &mut u64, keys: impl Iterator<Item = Vec<u8>>
 }
 
 fn apply_puts(c: &mut Criterion) {
+    kv_server::allocator::tune();
     let mut group = c.benchmark_group("mvcc_apply_puts");
     group.sample_size(20).measurement_time(Duration::from_secs(4));
     for batch_size in [1u64, 100, 1000] {

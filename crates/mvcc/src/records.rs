@@ -27,7 +27,8 @@ fn parse(bytes: &[u8]) -> Result<Block<'_>> {
     Block::parse(bytes).ok_or_else(|| corrupt("block does not decode"))
 }
 
-fn decode(value: &[u8]) -> Result<KeyValue> {
+/// Decodes a stored key-value (a record's bytes, in sled or the open batch).
+pub fn decode(value: &[u8]) -> Result<KeyValue> {
     KeyValue::decode(value).ok_or_else(|| corrupt("stored value does not decode"))
 }
 
