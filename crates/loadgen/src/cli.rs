@@ -52,6 +52,32 @@ pub enum Command {
     /// Compare two matrix JSON files (a baseline and a candidate) in a
     /// table and an SVG chart.
     Compare(CompareArgs),
+    /// Hold watchers open (idle, or on streams that stop reading), for
+    /// the watch benchmarks in scripts/watch-bench.sh.
+    Watchers(WatchersArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WatchersArgs {
+    /// Watch streams to open, spread over --conns connections.
+    #[arg(long, default_value_t = 10)]
+    pub streams: usize,
+    /// Watchers created on each stream.
+    #[arg(long, default_value_t = 100)]
+    pub watch_per_stream: usize,
+    /// Key watched; empty (the default) watches every key.
+    #[arg(long, default_value = "")]
+    pub key: String,
+    /// End of the watched range (empty: the key alone, or every key when
+    /// --key is empty too).
+    #[arg(long, default_value = "")]
+    pub range_end: String,
+    /// Seconds to hold the watchers once every one is created.
+    #[arg(long, default_value_t = 10)]
+    pub hold: u64,
+    /// Read what arrives while holding; `--read=false` never reads.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true")]
+    pub read: bool,
 }
 
 #[derive(Debug, Args)]

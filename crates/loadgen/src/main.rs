@@ -12,6 +12,8 @@
 //! - [`report`]: etcd's report layout and arithmetic, plus p99.99 and max.
 //! - [`matrix`]: etcd's documented put/range matrix, beside its figures.
 //! - [`compare`]: two matrix runs side by side: table and SVG chart.
+//! - [`watchers`]: watchers held open, idle or not read, for the watch
+//!   benchmarks.
 
 mod cli;
 mod compare;
@@ -21,6 +23,7 @@ mod engine;
 mod keys;
 mod matrix;
 mod report;
+mod watchers;
 mod workload;
 
 use std::path::Path;
@@ -68,6 +71,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             return Ok(());
         }
         Command::Compare(args) => return compare_files(&args),
+        Command::Watchers(args) => return watchers::run(&global.endpoints, global.conns, &args).await,
     };
     let target = Target {
         endpoints: global.endpoints.clone(),
