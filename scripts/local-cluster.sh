@@ -57,6 +57,14 @@ stop)
         sleep 0.1
     done
     while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done < "$dir/pids"
+    # A killed process holds its ports until it is gone; the next cluster
+    # on them must not start before.
+    for _ in $(seq 1 50); do
+        alive=0
+        while read -r pid; do kill -0 "$pid" 2>/dev/null && alive=1; done < "$dir/pids"
+        [ "$alive" = 0 ] && break
+        sleep 0.1
+    done
     rm -f "$dir/pids"
     ;;
 restart)

@@ -18,7 +18,7 @@
 # Prints one line per row, then kv-server's ratio to each etcd.
 #   scripts/watch-bench.sh [TOTAL]     (default 100000)
 # KV_SERVER_BIN and LOADGEN_BIN pick the binaries (default: release builds
-# made here). Needs etcd's tools (../shared/peers/build.sh, or ETCD_BIN
+# made here); WATCH_BENCH_KEEP=1 keeps the members' logs. Needs etcd's tools (../shared/peers/build.sh, or ETCD_BIN
 # and ETCD_BENCHMARK_BIN).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +42,7 @@ cleanup() {
     for dir in "$work"/*/; do
         [ -f "$dir/pids" ] && scripts/local-cluster.sh stop "$dir" || true
     done
-    rm -rf "$work"
+    [ -n "${WATCH_BENCH_KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379

@@ -36,31 +36,8 @@ pub async fn run(endpoints: &[String], conns: usize, args: &WatchersArgs) -> Res
     }
     let conns = conns.max(1);
     let started = Instant::now();
-    let mut channels = Vec::with_capacity(conns);
-    for i in 0..conns {
-        let endpoint = &endpoints[i % endpoints.len()];
-        let url = if endpoint.contains("://") {
-            endpoint.clone()
-        } else {
-            format!("http://{endpoint}")
-        };
-        let channel = tonic::transport::Endpoint::from_shared(url)
-            .map_err(|e| format!("{endpoint}: {e}"))?
-            .connect()
-            .await
-            .map_err(|e| format!("connecting to {endpoint}: {e}"))?;
-        channels.push(channel);
-    }
-    let key = if args.key.is_empty() {
-        vec![0]
-    } else {
-        args.key.clone().into_bytes()
-    };
-    let range_end = if args.key.is_empty() && args.range_end.is_empty() {
-        vec![0]
-    } else {
-        args.range_end.clone().into_bytes()
-    };
+    let channels = connect_all(endpoints, conns).await?;
+    let (key, range_end) = watched_range(args);
     let mut creating = Vec::with_capacity(args.streams);
     for s in 0..args.streams {
         let channel = channels[s % conns].clone();
@@ -83,13 +60,54 @@ pub async fn run(endpoints: &[String], conns: usize, args: &WatchersArgs) -> Res
         args.hold,
         if args.read { "reading" } else { "not reading" }
     );
-    let hold = Duration::from_secs(args.hold);
+    let events = hold(streams, Duration::from_secs(args.hold), args.read).await?;
+    println!("watchers: received {events} events while holding");
+    Ok(())
+}
+
+/// One channel per connection, over the endpoints in turn.
+async fn connect_all(endpoints: &[String], conns: usize) -> Result<Vec<tonic::transport::Channel>, String> {
+    let mut channels = Vec::with_capacity(conns);
+    for i in 0..conns {
+        let endpoint = &endpoints[i % endpoints.len()];
+        let url = if endpoint.contains("://") {
+            endpoint.clone()
+        } else {
+            format!("http://{endpoint}")
+        };
+        let channel = tonic::transport::Endpoint::from_shared(url)
+            .map_err(|e| format!("{endpoint}: {e}"))?
+            .connect()
+            .await
+            .map_err(|e| format!("connecting to {endpoint}: {e}"))?;
+        channels.push(channel);
+    }
+    Ok(channels)
+}
+
+/// The watched key and range end, as etcd's clients send them: an empty
+/// key with no end is every key.
+fn watched_range(args: &WatchersArgs) -> (Vec<u8>, Vec<u8>) {
+    if args.key.is_empty() && args.range_end.is_empty() {
+        return (vec![0], vec![0]);
+    }
+    let key = if args.key.is_empty() {
+        vec![0]
+    } else {
+        args.key.clone().into_bytes()
+    };
+    (key, args.range_end.clone().into_bytes())
+}
+
+/// Holds the streams for `hold`: reading and counting events, or not
+/// reading at all. Returns the events read.
+async fn hold(streams: Vec<Stream>, hold: Duration, read: bool) -> Result<u64, String> {
     let mut readers = Vec::new();
     let mut requests = Vec::new();
     for (sender, mut responses) in streams {
         // The request side stays open while the watchers are held.
         requests.push(sender);
-        if args.read {
+        if read {
             readers.push(tokio::spawn(async move {
                 let deadline = tokio::time::Instant::now() + hold;
                 let mut events = 0u64;
@@ -112,8 +130,7 @@ pub async fn run(endpoints: &[String], conns: usize, args: &WatchersArgs) -> Res
         events += reader.await.map_err(|e| e.to_string())?;
     }
     drop(requests);
-    println!("watchers: received {events} events while holding");
-    Ok(())
+    Ok(events)
 }
 
 type Stream = (mpsc::Sender<pb::WatchRequest>, tonic::Streaming<pb::WatchResponse>);
