@@ -95,6 +95,39 @@ async fn create_watchers(
     }
 }
 
+/// The next response on the stream: its watcher (one of `1..=watchers`,
+/// not cancelled) and the revisions of its events.
+async fn next_events(responses: &mut Streaming<pb::WatchResponse>, watchers: usize) -> (usize, Vec<i64>) {
+    let response = responses.message().await.expect("stream open").expect("a response");
+    let id = response.watch_id as usize;
+    assert!((1..=watchers).contains(&id), "unknown watch id {id}");
+    assert!(!response.canceled, "{response:?}");
+    let revisions = response
+        .events
+        .iter()
+        .map(|event| event.kv.as_ref().expect("an event has a key-value").mod_revision)
+        .collect();
+    (id, revisions)
+}
+
+/// Nothing more arrives on the stream for [`QUIET`].
+async fn assert_quiet(responses: &mut Streaming<pb::WatchResponse>) {
+    if let Ok(extra) = timeout(QUIET, responses.message()).await {
+        panic!("a response after the last expected event: {extra:?}");
+    }
+}
+
+/// A channel for watch streams: no call timeout, as watch calls are
+/// long-lived.
+async fn watch_channel(endpoint: &str) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
+        .expect("endpoint")
+        .connect_timeout(common::CONNECT_TIMEOUT)
+        .connect()
+        .await
+        .expect("connect")
+}
+
 /// Reads `responses` until every watcher has seen all of `revisions`,
 /// checking each event against the next one its watcher expects; then
 /// for [`QUIET`], in which nothing may arrive. Returns the events read.
@@ -103,12 +136,8 @@ async fn receive_all(mut responses: Streaming<pb::WatchResponse>, revisions: Vec
     let mut done = 0;
     let mut events = 0;
     while done < watchers {
-        let response = responses.message().await.expect("stream open").expect("a response");
-        let id = response.watch_id as usize;
-        assert!((1..=watchers).contains(&id), "unknown watch id {id}");
-        assert!(!response.canceled, "{response:?}");
-        for event in &response.events {
-            let revision = event.kv.as_ref().expect("an event has a key-value").mod_revision;
+        let (id, received) = next_events(&mut responses, watchers).await;
+        for revision in received {
             assert!(
                 next[id] < revisions.len(),
                 "watcher {id} got revision {revision} after every put's"
@@ -121,9 +150,7 @@ async fn receive_all(mut responses: Streaming<pb::WatchResponse>, revisions: Vec
             }
         }
     }
-    if let Ok(extra) = timeout(QUIET, responses.message()).await {
-        panic!("a response after every event was delivered: {extra:?}");
-    }
+    assert_quiet(&mut responses).await;
     events
 }
 
@@ -134,13 +161,7 @@ async fn a_hundred_thousand_watchers_each_receive_every_event_once_in_order() {
     let endpoint = format!("127.0.0.1:{BASE_PORT}");
     let mut streams = Vec::new();
     for _ in 0..CONNECTIONS {
-        // No call timeout: the watch calls are long-lived.
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
-            .expect("endpoint")
-            .connect_timeout(common::CONNECT_TIMEOUT)
-            .connect()
-            .await
-            .expect("connect");
+        let channel = watch_channel(&endpoint).await;
         for _ in 0..STREAMS_PER_CONNECTION {
             streams.push(open_stream(channel.clone()).await);
         }
@@ -214,12 +235,8 @@ async fn receive_live(
     let mut done = 0;
     let mut events = 0;
     while done < watchers {
-        let response = responses.message().await.expect("stream open").expect("a response");
-        let id = response.watch_id as usize;
-        assert!((1..=watchers).contains(&id), "unknown watch id {id}");
-        assert!(!response.canceled, "{response:?}");
-        for event in &response.events {
-            let revision = event.kv.as_ref().expect("an event has a key-value").mod_revision;
+        let (id, received) = next_events(&mut responses, watchers).await;
+        for revision in received {
             assert!(revision > last[id], "watcher {id}: {revision} after {}", last[id]);
             last[id] = revision;
             sum[id] += revision;
@@ -246,9 +263,7 @@ async fn receive_live(
             "watcher {id}"
         );
     }
-    if let Ok(extra) = timeout(QUIET, responses.message()).await {
-        panic!("a response after every event was delivered: {extra:?}");
-    }
+    assert_quiet(&mut responses).await;
     events
 }
 
@@ -275,14 +290,7 @@ async fn a_cancelled_watcher_receives_nothing_more() {
     let _cluster = common::Cluster::start_members(&common::kv_server(), dir.path(), port, 1, &[]);
     let endpoint = format!("127.0.0.1:{port}");
     let channel = common::connect(&endpoint, CALL_TIMEOUT).await.expect("connect");
-    let (requests, mut responses) = open_stream(
-        tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
-            .expect("endpoint")
-            .connect()
-            .await
-            .expect("connect"),
-    )
-    .await;
+    let (requests, mut responses) = open_stream(watch_channel(&endpoint).await).await;
     create_watchers(&requests, &mut responses, 2).await;
     let mut kv = KvClient::new(channel);
 
@@ -330,8 +338,6 @@ async fn a_cancelled_watcher_receives_nothing_more() {
             received += 1;
         }
     }
-    if let Ok(extra) = timeout(QUIET, responses.message()).await {
-        panic!("a response after the last event: {extra:?}");
-    }
+    assert_quiet(&mut responses).await;
     drop(requests);
 }
