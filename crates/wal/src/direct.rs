@@ -49,10 +49,8 @@ impl DirectTail {
     /// block in front of it through `buffered`. `None` when the file system
     /// refuses `O_DIRECT`.
     pub fn open(path: &Path, buffered: &File, offset: u64) -> io::Result<Option<DirectTail>> {
-        let file = match OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path) {
-            Ok(file) => file,
-            Err(error) if error.raw_os_error() == Some(libc::EINVAL) => return Ok(None),
-            Err(error) => return Err(error),
+        let Some(file) = open_direct(path)? else {
+            return Ok(None);
         };
         let start = offset - offset % ALIGNMENT_BYTES as u64;
         let mut partial = vec![0u8; (offset - start) as usize];
@@ -100,11 +98,7 @@ impl DirectTail {
         if window.as_ptr().align_offset(ALIGNMENT_BYTES) == 0 {
             sync::write_all_at(&self.file, window, start)?;
         } else {
-            if self.backing.len() < length + ALIGNMENT_BYTES {
-                self.backing = vec![0u8; length + ALIGNMENT_BYTES];
-            }
-            let align = self.backing.as_ptr().align_offset(ALIGNMENT_BYTES);
-            let aligned = &mut self.backing[align..align + length];
+            let aligned = aligned_window(&mut self.backing, length);
             aligned.copy_from_slice(window);
             sync::write_all_at(&self.file, aligned, start)?;
         }
@@ -114,6 +108,26 @@ impl DirectTail {
         self.partial.extend_from_slice(&buffer[tail_start..tail_start + kept]);
         Ok(())
     }
+}
+
+/// `path` opened for writes around the page cache, or `None` when the
+/// file system refuses `O_DIRECT` (tmpfs).
+pub fn open_direct(path: &Path) -> io::Result<Option<File>> {
+    match OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path) {
+        Ok(file) => Ok(Some(file)),
+        Err(error) if error.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// A 4 KiB-aligned window of `length` bytes inside `backing`, which grows
+/// (zeroed) when it has no room for one.
+pub fn aligned_window(backing: &mut Vec<u8>, length: usize) -> &mut [u8] {
+    if backing.len() < length + ALIGNMENT_BYTES {
+        *backing = vec![0u8; length + ALIGNMENT_BYTES];
+    }
+    let align = backing.as_ptr().align_offset(ALIGNMENT_BYTES);
+    &mut backing[align..align + length]
 }
 
 #[cfg(test)]

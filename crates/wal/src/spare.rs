@@ -25,13 +25,13 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::direct::ALIGNMENT_BYTES;
+use crate::direct::{self, ALIGNMENT_BYTES};
 use crate::error::{Error, Result};
 use crate::sync;
 
@@ -119,14 +119,9 @@ pub fn prepare(dir: &Path, size_bytes: u64, cancel: &AtomicBool) -> Result<Prepa
 /// Writes zeros over `0..size_bytes` of the file at `path`, directly where
 /// the file system allows it, through `buffered` otherwise.
 fn zero_fill(path: &Path, buffered: &File, size_bytes: u64, cancel: &AtomicBool) -> io::Result<()> {
-    let direct = match OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path) {
-        Ok(file) => Some(file),
-        Err(error) if error.raw_os_error() == Some(libc::EINVAL) => None,
-        Err(error) => return Err(error),
-    };
-    let backing = vec![0u8; ZERO_FILL_CHUNK_BYTES + ALIGNMENT_BYTES];
-    let align = backing.as_ptr().align_offset(ALIGNMENT_BYTES);
-    let zeros = &backing[align..align + ZERO_FILL_CHUNK_BYTES];
+    let direct = direct::open_direct(path)?;
+    let mut backing = Vec::new();
+    let zeros: &[u8] = direct::aligned_window(&mut backing, ZERO_FILL_CHUNK_BYTES);
     let file = direct.as_ref().unwrap_or(buffered);
     let mut offset = 0u64;
     while offset < size_bytes {
