@@ -13,6 +13,17 @@ set -euo pipefail
 command=${1:?usage: local-cluster.sh start BINARY DIR | stop DIR | restart BINARY DIR I}
 cluster="infra1=http://127.0.0.1:2380,infra2=http://127.0.0.1:22380,infra3=http://127.0.0.1:32380"
 
+# Waits, at most 5 s, until none of the pids in FILE is alive.
+wait_gone() {  # file
+    local pid alive
+    for _ in $(seq 1 50); do
+        alive=0
+        while read -r pid; do kill -0 "$pid" 2>/dev/null && alive=1; done < "$1"
+        [ "$alive" = 0 ] && return 0
+        sleep 0.1
+    done
+}
+
 # Starts member I in the background, appending to its log; prints its pid.
 start_member() {  # binary dir i [flags...]
     local binary=$1 dir=$2 i=$3 prefix client peer
@@ -50,21 +61,11 @@ stop)
     dir=${2:?dir}
     [ -f "$dir/pids" ] || exit 0
     while read -r pid; do kill "$pid" 2>/dev/null || true; done < "$dir/pids"
-    for _ in $(seq 1 50); do
-        alive=0
-        while read -r pid; do kill -0 "$pid" 2>/dev/null && alive=1; done < "$dir/pids"
-        [ "$alive" = 0 ] && break
-        sleep 0.1
-    done
+    wait_gone "$dir/pids"
     while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done < "$dir/pids"
     # A killed process holds its ports until it is gone; the next cluster
     # on them must not start before.
-    for _ in $(seq 1 50); do
-        alive=0
-        while read -r pid; do kill -0 "$pid" 2>/dev/null && alive=1; done < "$dir/pids"
-        [ "$alive" = 0 ] && break
-        sleep 0.1
-    done
+    wait_gone "$dir/pids"
     rm -f "$dir/pids"
     ;;
 restart)
