@@ -332,8 +332,9 @@ impl Node {
     /// the in-memory entries behind the catch-up window.
     fn maybe_compact_log(&mut self) {
         let Ok(first) = self.log.first_index() else { return };
-        if log_compaction_due(self.status.applied(), first, self.catch_up_window()) {
-            self.compact_log(self.status.applied());
+        let applied = self.status.applied();
+        if log_compaction_due(applied, first, self.catch_up_window()) {
+            self.compact_log(applied);
         }
     }
 
