@@ -35,11 +35,9 @@ cd "$(dirname "$0")/.."
 total=${1:-20000}
 rounds=${2:-3}
 server_cpu=${3:-1}
-if [ -z "${ETCD_BIN:-}" ] || [ -z "${ETCD_BENCHMARK_BIN:-}" ]; then
-    peers=$(scripts/etcd-peers.sh)
-    ETCD_BIN=${ETCD_BIN:-$peers/etcd}
-    ETCD_BENCHMARK_BIN=${ETCD_BENCHMARK_BIN:-$peers/etcd-benchmark}
-fi
+# etcd_tools
+source scripts/bench-tools.sh
+etcd_tools ETCD_BIN ETCD_BENCHMARK_BIN
 cargo build --release -p loadgen >&2
 work=$(mktemp -d)
 cgroup=""

@@ -18,15 +18,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keys=${1:-1000000}
-peers=$(scripts/etcd-peers.sh)
-ETCD_BIN=${ETCD_BIN:-$peers/etcd}
-ETCD_BENCHMARK_BIN=${ETCD_BENCHMARK_BIN:-$peers/etcd-benchmark}
-ETCDCTL_BIN=${ETCDCTL_BIN:-$peers/etcdctl}
-if [ -z "${KV_SERVER_BIN:-}" ] || [ -z "${LOADGEN_BIN:-}" ]; then
-    cargo build --release -p kv-server -p loadgen >&2
-fi
-KV_SERVER_BIN=${KV_SERVER_BIN:-target/release/kv-server}
-LOADGEN_BIN=${LOADGEN_BIN:-target/release/loadgen}
+# etcd_tools, our_binaries
+source scripts/bench-tools.sh
+etcd_tools ETCD_BIN ETCD_BENCHMARK_BIN ETCDCTL_BIN
+our_binaries kv-server loadgen
 ticks=$(getconf CLK_TCK)
 work=$(mktemp -d)
 trap 'scripts/local-cluster.sh stop "$work/etcd" || true; scripts/local-cluster.sh stop "$work/kv-server" || true; [ -n "${SCALE_KEEP:-}" ] || rm -rf "$work"' EXIT

@@ -23,17 +23,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 total=${1:-100000}
-if [ -z "${ETCD_BIN:-}" ] || [ -z "${ETCD_BENCHMARK_BIN:-}" ]; then
-    peers=$(scripts/etcd-peers.sh)
-    ETCD_BIN=${ETCD_BIN:-$peers/etcd}
-    ETCD_BENCHMARK_BIN=${ETCD_BENCHMARK_BIN:-$peers/etcd-benchmark}
-    ETCD37_BIN=${ETCD37_BIN:-$peers/etcd-3.7.3}
-fi
-if [ -z "${KV_SERVER_BIN:-}" ] || [ -z "${LOADGEN_BIN:-}" ]; then
-    cargo build --release -p kv-server -p loadgen >&2
-fi
-KV_SERVER_BIN=${KV_SERVER_BIN:-target/release/kv-server}
-LOADGEN_BIN=${LOADGEN_BIN:-target/release/loadgen}
+# etcd_tools, our_binaries
+source scripts/bench-tools.sh
+etcd_tools ETCD_BIN ETCD_BENCHMARK_BIN
+our_binaries kv-server loadgen
 ticks=$(getconf CLK_TCK)
 work=$(mktemp -d)
 holder=

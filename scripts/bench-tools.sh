@@ -1,0 +1,33 @@
+# Sourced by the benchmark scripts: the binaries they run, each taken from
+# its variable when set, else built here.
+
+# Sets ETCD_BIN, ETCD_BENCHMARK_BIN, ETCDCTL_BIN and ETCD37_BIN to the
+# tools scripts/etcd-peers.sh builds, where unset; etcd-peers.sh is only
+# run when one of the variables named is unset.
+etcd_tools() {  # names of the variables the script needs
+    local name peers missing=
+    for name in "$@"; do
+        [ -n "${!name:-}" ] || missing=1
+    done
+    [ -n "$missing" ] || return 0
+    peers=$(scripts/etcd-peers.sh)
+    ETCD_BIN=${ETCD_BIN:-$peers/etcd}
+    ETCD_BENCHMARK_BIN=${ETCD_BENCHMARK_BIN:-$peers/etcd-benchmark}
+    ETCDCTL_BIN=${ETCDCTL_BIN:-$peers/etcdctl}
+    ETCD37_BIN=${ETCD37_BIN:-$peers/etcd-3.7.3}
+}
+
+# Sets KV_SERVER_BIN and LOADGEN_BIN for the packages named (kv-server,
+# loadgen), building in release those whose variable is unset.
+our_binaries() {  # packages
+    local package variable build=()
+    for package in "$@"; do
+        variable=$(echo "$package" | tr 'a-z-' 'A-Z_')_BIN
+        [ -n "${!variable:-}" ] || build+=(-p "$package")
+    done
+    if [ "${#build[@]}" -gt 0 ]; then
+        cargo build --release "${build[@]}" >&2
+    fi
+    KV_SERVER_BIN=${KV_SERVER_BIN:-target/release/kv-server}
+    LOADGEN_BIN=${LOADGEN_BIN:-target/release/loadgen}
+}
