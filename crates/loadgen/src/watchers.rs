@@ -60,8 +60,8 @@ pub async fn run(endpoints: &[String], conns: usize, args: &WatchersArgs) -> Res
         args.hold,
         if args.read { "reading" } else { "not reading" }
     );
-    let events = hold(streams, Duration::from_secs(args.hold), args.read).await?;
-    println!("watchers: received {events} events while holding");
+    let (events, responses) = hold(streams, Duration::from_secs(args.hold), args.read).await?;
+    println!("watchers: received {events} events in {responses} responses while holding");
     Ok(())
 }
 
@@ -100,8 +100,9 @@ fn watched_range(args: &WatchersArgs) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// Holds the streams for `hold`: reading and counting events, or not
-/// reading at all. Returns the events read.
-async fn hold(streams: Vec<Stream>, hold: Duration, read: bool) -> Result<u64, String> {
+/// reading at all. Returns the events read and the responses that
+/// carried them (a server that batches sends fewer, larger responses).
+async fn hold(streams: Vec<Stream>, hold: Duration, read: bool) -> Result<(u64, u64), String> {
     let mut readers = Vec::new();
     let mut requests = Vec::new();
     for (sender, mut responses) in streams {
@@ -110,27 +111,30 @@ async fn hold(streams: Vec<Stream>, hold: Duration, read: bool) -> Result<u64, S
         if read {
             readers.push(tokio::spawn(async move {
                 let deadline = tokio::time::Instant::now() + hold;
-                let mut events = 0u64;
+                let (mut events, mut received) = (0u64, 0u64);
                 while let Ok(Ok(Some(response))) = tokio::time::timeout_at(deadline, responses.message()).await {
                     events += response.events.len() as u64;
+                    received += u64::from(!response.events.is_empty());
                 }
-                events
+                (events, received)
             }));
         } else {
             // Kept, never read: the server's sends to it back up.
             readers.push(tokio::spawn(async move {
                 tokio::time::sleep(hold).await;
                 drop(responses);
-                0
+                (0, 0)
             }));
         }
     }
-    let mut events = 0;
+    let (mut events, mut received) = (0, 0);
     for reader in readers {
-        events += reader.await.map_err(|e| e.to_string())?;
+        let (read, responses) = reader.await.map_err(|e| e.to_string())?;
+        events += read;
+        received += responses;
     }
     drop(requests);
-    Ok(events)
+    Ok((events, received))
 }
 
 type Stream = (mpsc::Sender<pb::WatchRequest>, tonic::Streaming<pb::WatchResponse>);

@@ -9,9 +9,11 @@
 //! slow watcher to its unsynced group. So a slow client costs the store a
 //! history scan, never memory without bound nor apply throughput.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::broadcast;
+
+use crate::proto::watch_wire::{wire_event, EventFields};
 
 /// Applied batches the broadcast keeps for streams that have not read them.
 /// A stream further behind catches up from history, which costs a scan
@@ -29,18 +31,57 @@ pub const WATCH_HUB_BATCH_BYTES_MAX: usize = 256 << 10;
 /// One message of the hub.
 #[derive(Debug)]
 pub enum Published {
-    /// The changes of one applied batch: every event at main revisions
-    /// `first..=last`, in revision order, or `None` when they were too
-    /// large to carry (read them from history). The store has reached
-    /// `last` when this is sent.
-    Changes {
-        first: i64,
-        last: i64,
-        events: Option<Vec<mvcc::Event>>,
-    },
+    /// The changes of one applied batch. The store has reached its last
+    /// revision when this is sent.
+    Changes(Changes),
     /// The store was replaced by a snapshot: what it holds now is not the
     /// continuation of the batches before.
     Restored,
+}
+
+/// Reads the value an event's key had before it.
+pub type PreviousValue<'a> = dyn Fn(&mvcc::Event) -> Option<mvcc::KeyValue> + 'a;
+
+/// Every event at main revisions `first..=last` of one applied batch, in
+/// revision order, and their encodings for the wire, made once by the
+/// first stream that needs them and shared by every watcher and stream
+/// that sends them.
+#[derive(Debug)]
+pub struct Changes {
+    pub first: i64,
+    pub last: i64,
+    /// `None` when the events were too large to carry (streams read them
+    /// from history).
+    pub events: Option<Vec<mvcc::Event>>,
+    wire: OnceLock<EventFields>,
+    wire_with_previous: OnceLock<EventFields>,
+}
+
+impl Changes {
+    pub fn new(first: i64, last: i64, events: Option<Vec<mvcc::Event>>) -> Changes {
+        Changes {
+            first,
+            last,
+            events,
+            wire: OnceLock::new(),
+            wire_with_previous: OnceLock::new(),
+        }
+    }
+
+    /// The events as the wire carries them, in the order of `events`;
+    /// with `previous`, each with the value its key had before (as
+    /// `previous` reads it from the store).
+    pub fn wire(&self, previous: Option<&PreviousValue<'_>>) -> &EventFields {
+        let events = self.events.as_deref().unwrap_or_default();
+        match previous {
+            None => self
+                .wire
+                .get_or_init(|| EventFields::encode(events.iter().map(|e| wire_event(e.clone(), None)))),
+            Some(previous) => self
+                .wire_with_previous
+                .get_or_init(|| EventFields::encode(events.iter().map(|e| wire_event(e.clone(), previous(e))))),
+        }
+    }
 }
 
 pub struct WatchHub {
@@ -64,7 +105,7 @@ impl WatchHub {
         }
         let bytes: usize = events.iter().map(|e| e.kv.key.len() + e.kv.value.len()).sum();
         let events = (bytes <= WATCH_HUB_BATCH_BYTES_MAX).then_some(events);
-        self.publish(Published::Changes { first, last, events });
+        self.publish(Published::Changes(Changes::new(first, last, events)));
     }
 
     /// Sends a message to every open watch stream.
@@ -110,19 +151,21 @@ mod tests {
         hub.publish_changes(3, 3, vec![put("a", 10, 3)]);
         hub.publish_changes(4, 5, vec![put("b", WATCH_HUB_BATCH_BYTES_MAX, 4), put("c", 1, 5)]);
         match &*stream.recv().await.expect("first") {
-            Published::Changes {
+            Published::Changes(Changes {
                 first: 3,
                 last: 3,
                 events: Some(events),
-            } => assert_eq!(events[0].kv.key, b"a"),
+                ..
+            }) => assert_eq!(events[0].kv.key, b"a"),
             other => panic!("{other:?}"),
         }
         match &*stream.recv().await.expect("second") {
-            Published::Changes {
+            Published::Changes(Changes {
                 first: 4,
                 last: 5,
                 events: None,
-            } => {}
+                ..
+            }) => {}
             other => panic!("{other:?}"),
         }
         for revision in 0..WATCH_HUB_BATCHES as i64 + 5 {

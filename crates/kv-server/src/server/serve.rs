@@ -22,7 +22,6 @@ use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
 use crate::proto::etcdserverpb::lease_server::LeaseServer;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
-use crate::proto::etcdserverpb::watch_server::WatchServer;
 use crate::raft::input::NodeInput;
 use crate::server::listener::{BoundedListener, CLIENT_CONNECTIONS_MAX};
 use crate::server::tasks;
@@ -82,7 +81,10 @@ async fn serve_clients(
         KvServer::new(KvService { member: member_of() }).max_decoding_message_size(max_decoding),
     )
     .add_service(LeaseServer::new(LeaseService { member: member_of() }).max_decoding_message_size(max_decoding))
-    .add_service(WatchServer::new(WatchService { member: member_of() }).max_decoding_message_size(max_decoding))
+    .add_service(WatchService {
+        member: member_of(),
+        max_decoding_message_size: max_decoding,
+    })
     .add_service(ClusterServer::new(ClusterService { member: member_of() }).max_decoding_message_size(max_decoding))
     .add_service(
         MaintenanceServer::new(MaintenanceService { member: member_of() }).max_decoding_message_size(max_decoding),

@@ -19,13 +19,18 @@
 //! A watcher whose next revision is below the compact revision is cancelled
 //! with `compact_revision` set, as etcd does.
 //!
-//! Slow clients: while a client's queue (`WATCH_STREAM_QUEUE`) is full,
-//! each watcher's new events are gathered and later sent as one response
-//! (`queue.rs`), as etcd batches the events of its "victim" watchers.
-//! After `WATCH_MERGE_BATCHES` applied batches gathered that way the stream
-//! stops reading the hub; once the hub has moved on without it, it reads
-//! what it missed from the store's history. So nothing is lost, memory
-//! stays bounded, and the apply stage never waits on a client.
+//! Delivery: each applied batch's events are encoded for the wire once,
+//! by the first stream that needs them, and every watcher of every stream
+//! that receives an event shares those bytes (`proto::watch_wire`). A
+//! stream's responses wait in its outbox (`outbox.rs`) until its
+//! connection has room to send; a watcher's events that arrive while its
+//! response waits join it, so a slow client gets fewer, larger responses,
+//! as etcd batches the events of its "victim" watchers. Past
+//! `WATCH_STREAM_PENDING_BYTES_MAX` waiting bytes the stream lets go of
+//! its place in the hub; once the client has read enough, it takes a
+//! place again and reads what it missed from the store's history. So
+//! nothing is lost, memory stays bounded, and the apply stage never waits
+//! on a client.
 //!
 //! A watch stream is served by the member it reaches, from its own applied
 //! state, leader or not. With the `hasleader` metadata that etcd's clients
@@ -35,15 +40,19 @@
 
 //!
 //! # Module map
-//! - [`service`]: the gRPC service; starts a stream per call.
+//! - [`service`]: the gRPC route; starts a stream per call.
+//! - [`codec`]: requests decoded, responses encoded whole or from pieces.
 //! - [`stream`]: one stream's task: creates, cancels, progress, delivery
 //!   from the hub, catch-up from history.
+//! - [`outbox`]: a stream's responses until its connection takes them,
+//!   with their bound.
+//! - [`pacing`]: which watchers of a busy stream wait for their next
+//!   response, so that their events merge.
 //! - [`watcher`]: one watcher and its filters.
-//! - [`queue`]: events gathered for a slow client, with their bound.
-//! - [`fragments`]: events on the wire, and etcd's fragmenting.
 
-pub mod fragments;
-pub mod queue;
+pub mod codec;
+pub mod outbox;
+pub mod pacing;
 pub mod service;
 pub mod stream;
 pub mod watcher;

@@ -6,27 +6,20 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use prost::Message as _;
-use tokio::sync::{broadcast, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
+use bytes::Bytes;
+use tokio::sync::broadcast;
 use tokio_stream::StreamExt;
 use tonic::{Status, Streaming};
 
 use crate::api::errors::store_status;
-use crate::api::watch::fragments::{fragments, wire_event};
-use crate::api::watch::queue::{Gathered, GatheredQueue};
+use crate::api::watch::outbox::{outbox, Gathered, Gone, Outbox, Responses, WATCH_MERGED_RESPONSE_BYTES_MAX};
 use crate::api::watch::watcher::Watcher;
 use crate::config::GRPC_OVERHEAD_BYTES;
 use crate::error::RequestError;
 use crate::member::core::Member;
-use crate::member::watch_hub::Published;
+use crate::member::watch_hub::{Changes, PreviousValue, Published};
 use crate::proto::etcdserverpb as pb;
-use crate::proto::mvccpb;
-
-/// Responses queued for one stream's client. etcd buffers 128 per stream;
-/// while this queue is full, the stream gathers each watcher's new events
-/// into one response (see `queue.rs`).
-pub const WATCH_STREAM_QUEUE: usize = 128;
+use crate::proto::watch_wire::{event_field, wire_event};
 
 /// Watchers one stream may hold. A Kubernetes API server opens about one
 /// per resource type on a stream; this leaves two orders of magnitude of
@@ -51,39 +44,37 @@ const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream
 const TOO_MANY_WATCHERS: &str = "etcdserver: too many watchers on one stream";
 
 /// What woke the stream task.
-enum Wake<'a> {
+enum Wake {
     Request(Option<Result<pb::WatchRequest, Status>>),
     Hub(Result<Arc<Published>, broadcast::error::RecvError>),
     ProgressTick,
     LeaderCheck,
-    ClientGone,
-    /// The client's queue has room for the oldest gathered response.
-    Room(Result<mpsc::Permit<'a, Result<pb::WatchResponse, Status>>, mpsc::error::SendError<()>>),
+    /// The outbox may have room again, or the client may be gone.
+    Outbox,
 }
 
 struct WatchStream {
     member: Arc<Member>,
-    out: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    out: Outbox,
     watchers: BTreeMap<i64, Watcher>,
     /// The next automatic watch id (etcd's `nextID`).
     next_id: i64,
+    /// The next watcher's serial: unlike ids, never reused on a stream.
+    next_serial: u64,
     /// The highest header revision sent on this stream: progress is never
     /// reported below it, so it never goes back.
     reported: i64,
     /// A progress request waits until every watcher has been sent every
     /// revision up to the store's revision when it came.
     progress_pending: Option<i64>,
-    /// Events gathered per watcher and not yet queued for the client.
-    gathered: GatheredQueue,
 }
 
 /// Starts a stream's task for a client's requests; returns its responses.
-pub fn start(
-    member: Arc<Member>,
-    requests: Streaming<pb::WatchRequest>,
-    require_leader: bool,
-) -> ReceiverStream<Result<pb::WatchResponse, Status>> {
-    let (out, responses) = mpsc::channel(WATCH_STREAM_QUEUE);
+pub fn start(member: Arc<Member>, requests: Streaming<pb::WatchRequest>, require_leader: bool) -> Responses {
+    let header_source = member.clone();
+    let headers = Box::new(move |revision| header_source.header(revision).unwrap_or_default());
+    let fragment_limit = member.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let (out, responses) = outbox(headers, fragment_limit);
     // Subscribed before any watcher reads the store's revision, so every
     // batch applied after that read comes through the hub.
     let hub = member.watch_hub.subscribe();
@@ -92,22 +83,19 @@ pub fn start(
         out,
         watchers: BTreeMap::new(),
         next_id: 0,
+        next_serial: 0,
         reported: 0,
         progress_pending: None,
-        gathered: GatheredQueue::default(),
     };
     tokio::spawn(stream.run(requests, hub, require_leader));
-    ReceiverStream::new(responses)
+    responses
 }
-
-/// The stream's client is gone: stop.
-struct Gone;
 
 impl WatchStream {
     async fn run(
         mut self,
         mut requests: Streaming<pb::WatchRequest>,
-        mut hub: broadcast::Receiver<Arc<Published>>,
+        hub: broadcast::Receiver<Arc<Published>>,
         require_leader: bool,
     ) {
         let interval = self.member.config.experimental_watch_progress_notify_interval;
@@ -117,15 +105,18 @@ impl WatchStream {
         let mut no_leader_checks = 0;
         // etcd keeps serving a stream whose client closed its sending side.
         let mut requests_open = true;
-        let out = self.out.clone();
+        // The stream's place in the hub; let go while the outbox is full.
+        let mut hub = Some(hub);
         loop {
+            if self.keep_place(&mut hub).await.is_err() {
+                return;
+            }
             let wake = tokio::select! {
                 request = requests.next(), if requests_open => Wake::Request(request),
-                published = hub.recv(), if self.gathered.accepts_more() => Wake::Hub(published),
-                permit = out.reserve(), if !self.gathered.is_empty() => Wake::Room(permit),
+                published = next_published(&mut hub), if hub.is_some() => Wake::Hub(published),
+                _ = self.out.changed() => Wake::Outbox,
                 _ = progress.tick() => Wake::ProgressTick,
                 _ = leader_check.tick(), if require_leader => Wake::LeaderCheck,
-                _ = out.closed() => Wake::ClientGone,
             };
             let step = match wake {
                 Wake::Request(Some(Ok(request))) => self.handle(request).await,
@@ -133,9 +124,13 @@ impl WatchStream {
                     requests_open = false;
                     Ok(())
                 }
-                Wake::Request(Some(Err(_))) | Wake::ClientGone | Wake::Room(Err(_)) => Err(Gone),
-                Wake::Room(Ok(permit)) => self.send_oldest_pending(permit).await,
-                Wake::Hub(Ok(published)) => self.deliver_ready(published, &mut hub).await,
+                Wake::Request(Some(Err(_))) => Err(Gone),
+                Wake::Outbox if self.out.is_gone() => Err(Gone),
+                Wake::Outbox => Ok(()),
+                Wake::Hub(Ok(published)) => match hub.as_mut() {
+                    Some(receiver) => self.deliver_ready(published, receiver).await,
+                    None => Ok(()),
+                },
                 Wake::Hub(Err(broadcast::error::RecvError::Lagged(missed))) => self.fell_behind(missed).await,
                 Wake::Hub(Err(broadcast::error::RecvError::Closed)) => Err(Gone),
                 Wake::ProgressTick => self.notify_progress().await,
@@ -146,7 +141,7 @@ impl WatchStream {
                         0
                     };
                     if no_leader_checks >= NO_LEADER_CHECKS {
-                        let _ = self.out.send(Err(RequestError::NoLeader.into())).await;
+                        self.out.end(RequestError::NoLeader.into());
                         Err(Gone)
                     } else {
                         Ok(())
@@ -162,6 +157,27 @@ impl WatchStream {
         }
     }
 
+    /// While the outbox is full the stream lets go of its place in the
+    /// hub, so the batches it has not read are not held for it; once the
+    /// client has taken enough to make room, it takes a place again and
+    /// reads what it missed from history.
+    async fn keep_place(&mut self, hub: &mut Option<broadcast::Receiver<Arc<Published>>>) -> Result<(), Gone> {
+        if self.out.is_full() {
+            *hub = None;
+            return Ok(());
+        }
+        if hub.is_none() {
+            tracing::info!(
+                reason = "its client read slowly",
+                "a watch stream fell behind the hub; catching up from history"
+            );
+            // Subscribed before reading the store's revision, as at start.
+            *hub = Some(self.member.watch_hub.subscribe());
+            self.resync().await?;
+        }
+        Ok(())
+    }
+
     fn header(&self, revision: i64) -> Option<pb::ResponseHeader> {
         self.member.header(revision)
     }
@@ -172,9 +188,12 @@ impl WatchStream {
         }
     }
 
+    /// Queues a response once the outbox has room.
     async fn send(&mut self, response: pb::WatchResponse) -> Result<(), Gone> {
+        self.out.room().await?;
         self.note_reported(&response);
-        self.out.send(Ok(response)).await.map_err(|_| Gone)
+        self.out.push(response);
+        Ok(())
     }
 
     async fn handle(&mut self, request: pb::WatchRequest) -> Result<(), Gone> {
@@ -183,11 +202,11 @@ impl WatchStream {
             Some(RequestUnion::CreateRequest(create)) => self.create(create).await,
             Some(RequestUnion::CancelRequest(cancel)) => {
                 // etcd answers only the cancel of a watcher that exists.
-                if self.watchers.remove(&cancel.watch_id).is_none() {
+                let Some(watcher) = self.watchers.remove(&cancel.watch_id) else {
                     return Ok(());
-                }
-                // Its gathered events go too: a later watcher may reuse the id.
-                self.gathered.remove(cancel.watch_id);
+                };
+                // Its waiting events go too.
+                self.out.forget(watcher.serial);
                 let response = pb::WatchResponse {
                     header: self.header(self.member.store.current_revision()),
                     watch_id: cancel.watch_id,
@@ -245,6 +264,7 @@ impl WatchStream {
         };
         let filters = |wanted: pb::watch_create_request::FilterType| create.filters.contains(&(wanted as i32));
         let watcher = Watcher {
+            serial: self.next_serial,
             key,
             range_end,
             next: if create.start_revision == 0 {
@@ -258,6 +278,7 @@ impl WatchStream {
             fragment: create.fragment,
             progress_notify: create.progress_notify,
         };
+        self.next_serial += 1;
         let starts_in_past = watcher.next <= current;
         self.watchers.insert(id, watcher);
         let response = pb::WatchResponse {
@@ -274,154 +295,73 @@ impl WatchStream {
     }
 
     /// The hub's message `published` and those already waiting behind it,
-    /// gathered per watcher, then queued for the client as far as its
-    /// queue has room (the rest stay gathered).
+    /// while the outbox has room.
     async fn deliver_ready(
         &mut self,
         published: Arc<Published>,
         hub: &mut broadcast::Receiver<Arc<Published>>,
     ) -> Result<(), Gone> {
         self.deliver(&published).await?;
-        let mut lagged = None;
-        while self.gathered.accepts_more() {
+        while !self.out.is_full() {
             match hub.try_recv() {
                 Ok(published) => self.deliver(&published).await?,
-                Err(broadcast::error::TryRecvError::Lagged(missed)) => {
-                    lagged = Some(missed);
-                    break;
-                }
+                Err(broadcast::error::TryRecvError::Lagged(missed)) => return self.fell_behind(missed).await,
                 Err(_) => break,
             }
-        }
-        self.flush_pending()?;
-        if let Some(missed) = lagged {
-            self.fell_behind(missed).await?;
         }
         Ok(())
     }
 
     /// The hub moved on past `missed` messages this stream had not read.
     async fn fell_behind(&mut self, missed: u64) -> Result<(), Gone> {
-        tracing::info!(missed, "a watch stream fell behind the hub; catching up from history");
+        tracing::info!(
+            missed,
+            reason = "the hub moved on",
+            "a watch stream fell behind the hub; catching up from history"
+        );
         self.resync().await
     }
 
-    fn events_response(&self, id: i64, revision: i64, events: Vec<mvccpb::Event>) -> pb::WatchResponse {
-        pb::WatchResponse {
-            header: self.header(revision),
-            watch_id: id,
-            events,
-            ..Default::default()
-        }
-    }
-
-    /// Queues gathered responses, oldest first, while the client's queue
-    /// has room; stops at the first that does not fit.
-    fn flush_pending(&mut self) -> Result<(), Gone> {
-        let out = self.out.clone();
-        while let Some((id, waiting)) = self.gathered.front() {
-            if self.watchers[&id].fragment && self.may_need_fragments(&waiting.events) {
-                // Fragments need several slots: left to the path that
-                // waits for room.
-                break;
-            }
-            let permit = match out.try_reserve() {
-                Ok(permit) => permit,
-                Err(mpsc::error::TrySendError::Full(())) => break,
-                Err(mpsc::error::TrySendError::Closed(())) => return Err(Gone),
-            };
-            let (id, waiting) = self.gathered.pop_front().expect("the front exists");
-            self.send_through(permit, id, waiting);
-        }
-        Ok(())
-    }
-
-    /// Sends the oldest gathered response through `permit`, then queues
-    /// what else fits.
-    async fn send_oldest_pending(
-        &mut self,
-        permit: mpsc::Permit<'_, Result<pb::WatchResponse, Status>>,
-    ) -> Result<(), Gone> {
-        let Some((id, waiting)) = self.gathered.pop_front() else {
-            return Ok(());
-        };
-        if self.watchers[&id].fragment {
-            drop(permit);
-            self.send_events(id, waiting.revision, waiting.events).await?;
-        } else {
-            self.send_through(permit, id, waiting);
-        }
-        self.flush_pending()
-    }
-
-    /// Queues one response of events in a slot already reserved.
-    fn send_through(
-        &mut self,
-        permit: mpsc::Permit<'_, Result<pb::WatchResponse, Status>>,
-        id: i64,
-        waiting: Gathered,
-    ) {
-        let response = self.events_response(id, waiting.revision, waiting.events);
-        self.note_reported(&response);
-        permit.send(Ok(response));
-    }
-
-    /// Sends everything gathered, waiting for room as needed.
-    async fn drain_pending(&mut self) -> Result<(), Gone> {
-        while let Some((id, waiting)) = self.gathered.pop_front() {
-            self.send_events(id, waiting.revision, waiting.events).await?;
-        }
-        Ok(())
-    }
-
-    /// One applied batch: its events are gathered per watcher, to be sent
-    /// by [`Self::flush_pending`]; a watcher that must read history first
-    /// is sent what was gathered for it, then its history.
+    /// One applied batch: each watcher's events, as the batch's shared
+    /// encodings, join what waits for it in the outbox; a watcher that
+    /// must read history first reads it.
     async fn deliver(&mut self, published: &Published) -> Result<(), Gone> {
-        let (first, last, events) = match published {
-            Published::Changes { first, last, events } => (*first, *last, events),
+        let changes = match published {
+            Published::Changes(changes) => changes,
             Published::Restored => return self.resync().await,
         };
-        let ids: Vec<i64> = self.watchers.keys().copied().collect();
-        for id in ids {
-            let Some(watcher) = self.watchers.get_mut(&id) else {
-                continue;
-            };
-            if watcher.next > last {
+        let mut gathered = Vec::new();
+        let mut behind = Vec::new();
+        for (id, watcher) in self.watchers.iter_mut() {
+            if watcher.next > changes.last {
                 continue;
             }
-            let Some(events) = events.as_ref().filter(|_| watcher.next >= first) else {
-                // It missed revisions before this batch (it started in
-                // the past, or the stream lagged), or the batch was too
-                // large to carry: history has them all.
-                if let Some(waiting) = self.gathered.remove(id) {
-                    self.send_events(id, waiting.revision, waiting.events).await?;
+            match changes.events.as_ref().filter(|_| watcher.next >= changes.first) {
+                Some(events) => {
+                    let events = picked(&self.member, changes, events, watcher);
+                    watcher.next = changes.last + 1;
+                    if !events.is_empty() {
+                        gathered.push(Gathered {
+                            serial: watcher.serial,
+                            watch_id: *id,
+                            fragment: watcher.fragment,
+                            events,
+                        });
+                    }
                 }
-                self.catch_up(id, last).await?;
-                continue;
-            };
-            let from = watcher.next;
-            watcher.next = last + 1;
-            let watcher = &self.watchers[&id];
-            let mut out = Vec::new();
-            for event in events.iter() {
-                if event.kv.mod_revision >= from && watcher.wants(event) {
-                    let previous = if watcher.prev_kv {
-                        self.member
-                            .store
-                            .value_before(&event.kv.key, event.kv.mod_revision)
-                            .unwrap_or_default()
-                    } else {
-                        None
-                    };
-                    out.push(wire_event(event.clone(), previous));
-                }
-            }
-            if !out.is_empty() {
-                self.gathered.gather(id, last, out);
+                // It missed revisions before this batch (it started in the
+                // past, or the stream lagged), or the batch was too large
+                // to carry: history has them all.
+                None => behind.push(*id),
             }
         }
-        self.gathered.end_batch();
+        if !gathered.is_empty() {
+            self.reported = self.reported.max(changes.last);
+            self.out.gather(changes.last, gathered);
+        }
+        for id in behind {
+            self.catch_up(id, changes.last).await?;
+        }
         Ok(())
     }
 
@@ -429,7 +369,6 @@ impl WatchStream {
     /// replaced by a snapshot: every watcher reads what it missed from
     /// history, up to the store's revision now.
     async fn resync(&mut self) -> Result<(), Gone> {
-        self.drain_pending().await?;
         let current = self.member.store.current_revision();
         let ids: Vec<i64> = self.watchers.keys().copied().collect();
         for id in ids {
@@ -457,8 +396,9 @@ impl WatchStream {
             let changes = match changes {
                 Ok(changes) => changes,
                 Err(mvcc::Error::Compacted) => {
+                    let serial = watcher.serial;
                     self.watchers.remove(&id);
-                    self.gathered.remove(id);
+                    self.out.forget(serial);
                     // etcd's compacted response carries no revision.
                     let response = pb::WatchResponse {
                         header: self.header(0),
@@ -471,51 +411,36 @@ impl WatchStream {
                 }
                 Err(error) => {
                     tracing::error!(%error, "watch: could not read history");
-                    let _ = self.out.send(Err(store_status(&error))).await;
+                    self.out.end(store_status(&error));
                     return Err(Gone);
                 }
             };
-            let events: Vec<mvccpb::Event> = changes
-                .into_iter()
-                .filter(|(event, _)| watcher.wants(event))
-                .map(|(event, previous)| wire_event(event, previous))
-                .collect();
+            let pieces = responses_of(changes.into_iter().filter(|(event, _)| watcher.wants(event)));
             if let Some(watcher) = self.watchers.get_mut(&id) {
                 watcher.next = end + 1;
             }
-            if !events.is_empty() {
+            for events in pieces {
                 self.send_events(id, to, events).await?;
             }
         }
     }
 
-    /// Sends events to watcher `id` under a header at `revision`, split in
-    /// fragments if the watcher asked. etcd's limit for a fragment is the
-    /// largest message its server takes: the request limit plus gRPC's
-    /// overhead allowance.
-    async fn send_events(&mut self, id: i64, revision: i64, events: Vec<mvccpb::Event>) -> Result<(), Gone> {
-        let fragment = self.watchers.get(&id).is_some_and(|w| w.fragment);
-        let whole = self.events_response(id, revision, events);
-        let limit = self.fragment_limit();
-        if !fragment {
-            return self.send(whole).await;
-        }
-        for piece in fragments(whole, limit) {
-            self.send(piece).await?;
-        }
+    /// Queues events for watcher `id` under a header at `revision`, once
+    /// the outbox has room.
+    async fn send_events(&mut self, id: i64, revision: i64, events: Vec<Bytes>) -> Result<(), Gone> {
+        self.out.room().await?;
+        let Some(watcher) = self.watchers.get(&id) else {
+            return Ok(());
+        };
+        let gathered = Gathered {
+            serial: watcher.serial,
+            watch_id: id,
+            fragment: watcher.fragment,
+            events,
+        };
+        self.reported = self.reported.max(revision);
+        self.out.gather(revision, [gathered]);
         Ok(())
-    }
-
-    fn fragment_limit(&self) -> usize {
-        self.member.config.max_request_bytes + GRPC_OVERHEAD_BYTES
-    }
-
-    /// Whether a response with `events` could reach the fragment limit:
-    /// the events' bytes, each one's tag and length (at most 6 bytes), and
-    /// a header (under 64 bytes).
-    fn may_need_fragments(&self, events: &[mvccpb::Event]) -> bool {
-        let bytes: usize = events.iter().map(|e| e.encoded_len() + 6).sum();
-        bytes + 64 >= self.fragment_limit()
     }
 
     /// The revision every watcher has been sent everything up to.
@@ -533,7 +458,7 @@ impl WatchStream {
         let Some(target) = self.progress_pending else {
             return Ok(());
         };
-        if !self.gathered.is_empty() {
+        if self.out.has_events() {
             return Ok(());
         }
         let synced = self.synced_revision().min(self.member.store.current_revision());
@@ -559,7 +484,7 @@ impl WatchStream {
         let due: Vec<(i64, i64)> = self
             .watchers
             .iter()
-            .filter(|(id, watcher)| watcher.progress_notify && !self.gathered.contains(**id))
+            .filter(|(_, watcher)| watcher.progress_notify && !self.out.holds(watcher.serial))
             .map(|(id, watcher)| (*id, (watcher.next - 1).min(current)))
             .filter(|(_, revision)| *revision >= reported)
             .collect();
@@ -573,4 +498,55 @@ impl WatchStream {
         }
         Ok(())
     }
+}
+
+/// The next message of the hub, if the stream holds a place in it.
+async fn next_published(
+    hub: &mut Option<broadcast::Receiver<Arc<Published>>>,
+) -> Result<Arc<Published>, broadcast::error::RecvError> {
+    match hub {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The encodings of the batch's events that `watcher` is sent: those from
+/// its next revision on that it wants, with their previous values if it
+/// asked for them (read once per batch for every watcher that did).
+fn picked(member: &Member, changes: &Changes, events: &[mvcc::Event], watcher: &Watcher) -> Vec<Bytes> {
+    let previous = |event: &mvcc::Event| {
+        member
+            .store
+            .value_before(&event.kv.key, event.kv.mod_revision)
+            .unwrap_or_default()
+    };
+    let wire = changes.wire(watcher.prev_kv.then_some(&previous as &PreviousValue));
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, event)| event.kv.mod_revision >= watcher.next && watcher.wants(event))
+        .map(|(index, _)| wire.get(index))
+        .collect()
+}
+
+/// History's events encoded, in responses of at most
+/// `WATCH_MERGED_RESPONSE_BYTES_MAX` bytes past their last revision (a
+/// revision's events stay together).
+fn responses_of(changes: impl Iterator<Item = (mvcc::Event, Option<mvcc::KeyValue>)>) -> Vec<Vec<Bytes>> {
+    let mut responses = Vec::new();
+    let (mut current, mut bytes, mut revision) = (Vec::new(), 0, 0);
+    for (event, previous) in changes {
+        if bytes >= WATCH_MERGED_RESPONSE_BYTES_MAX && event.kv.mod_revision != revision {
+            responses.push(std::mem::take(&mut current));
+            bytes = 0;
+        }
+        revision = event.kv.mod_revision;
+        let field = event_field(&wire_event(event, previous));
+        bytes += field.len();
+        current.push(field);
+    }
+    if !current.is_empty() {
+        responses.push(current);
+    }
+    responses
 }

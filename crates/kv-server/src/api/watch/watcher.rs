@@ -3,6 +3,8 @@
 
 /// One watcher of a stream.
 pub struct Watcher {
+    /// Unique on its stream, unlike the watch id a client may reuse.
+    pub serial: u64,
     pub key: Vec<u8>,
     /// As a range request's: empty for the key alone, `[0]` for every key
     /// from `key` on.
