@@ -13,7 +13,9 @@
 //! runs in windows of [`WATCH_COALESCE_INTERVAL`]; once a stream has sent
 //! [`WATCH_COALESCE_RESPONSES`] events responses in the current window, a
 //! watcher that was already sent one in it waits for the next window, and
-//! its new events join that response meanwhile. A stream sending fewer
+//! its new events join that response meanwhile; a window after one that
+//! held a watcher back holds back repeats from its start, so a stream that
+//! stays busy sends each watcher one response per window. A stream sending fewer
 //! responses (a watch-latency client, a Kubernetes API server's watchers
 //! of different keys) never waits; a watcher sent nothing yet in the
 //! window never waits; and the stream's throughput is never capped, since
@@ -41,6 +43,10 @@ pub struct Pacing {
     window_end: Instant,
     /// Events responses sent in the window.
     sent: usize,
+    /// The window before held a watcher back: this one holds back repeat
+    /// watchers from its start, so a stream that stays busy sends each
+    /// watcher one response per window.
+    busy: bool,
     /// The watchers (by serial) sent one in the window.
     watchers_sent: HashSet<u64>,
     /// The watchers held back to the next window, in the order their
@@ -55,6 +61,7 @@ impl Default for Pacing {
         Pacing {
             window_end: now + WATCH_COALESCE_INTERVAL,
             sent: 0,
+            busy: false,
             watchers_sent: HashSet::new(),
             deferred: VecDeque::new(),
             timer: Box::pin(tokio::time::sleep_until(now)),
@@ -70,6 +77,7 @@ impl Pacing {
             return None;
         }
         self.window_end = now + WATCH_COALESCE_INTERVAL;
+        self.busy = !self.deferred.is_empty();
         self.sent = 0;
         self.watchers_sent.clear();
         Some(std::mem::take(&mut self.deferred))
@@ -78,7 +86,8 @@ impl Pacing {
     /// Whether watcher `serial`'s response waits for the next window (it
     /// is then held back here); otherwise it counts as sent.
     pub fn hold_back(&mut self, serial: u64) -> bool {
-        if self.sent >= WATCH_COALESCE_RESPONSES && self.watchers_sent.contains(&serial) {
+        let busy = self.busy || self.sent >= WATCH_COALESCE_RESPONSES;
+        if busy && self.watchers_sent.contains(&serial) {
             self.deferred.push_back(serial);
             return true;
         }
@@ -107,8 +116,9 @@ mod tests {
 
     // Goal: no watcher waits until the stream has sent the budget in a
     // window; past it, a watcher already sent one waits and a new one does
-    // not; the next window sends the held back first, in order, and starts
-    // counting again.
+    // not; the next window sends the held back first, in order; after a
+    // busy window repeats wait from the start, after a quiet one they do
+    // not.
     #[tokio::test]
     async fn only_repeat_watchers_of_a_busy_window_wait() {
         let mut pacing = Pacing::default();
@@ -124,6 +134,16 @@ mod tests {
         let later = start + WATCH_COALESCE_INTERVAL * 2;
         assert_eq!(pacing.roll(later), Some(VecDeque::from([2, 1])));
         assert!(!pacing.holds_any());
-        assert!(!pacing.hold_back(2), "a new window counts from zero");
+        assert!(!pacing.hold_back(2), "a watcher's first response in a new window");
+        assert!(pacing.hold_back(2), "after a busy window, repeats wait from the start");
+        let next = later + WATCH_COALESCE_INTERVAL * 2;
+        assert_eq!(pacing.roll(next), Some(VecDeque::from([2])));
+        let quiet = next + WATCH_COALESCE_INTERVAL * 2;
+        assert_eq!(pacing.roll(quiet), Some(VecDeque::new()));
+        assert!(!pacing.hold_back(2));
+        assert!(
+            !pacing.hold_back(2),
+            "after a window that held none back, repeats go until the budget"
+        );
     }
 }
