@@ -44,6 +44,8 @@
 //! - [`codec`]: requests decoded, responses encoded whole or from pieces.
 //! - [`stream`]: one stream's task: creates, cancels, progress, delivery
 //!   from the hub, catch-up from history.
+//! - [`matcher`]: a stream's watchers grouped by what they watch, and
+//!   which groups an event concerns.
 //! - [`outbox`]: a stream's responses until its connection takes them,
 //!   with their bound.
 //! - [`pacing`]: which watchers of a busy stream wait for their next
@@ -51,6 +53,7 @@
 //! - [`watcher`]: one watcher and its filters.
 
 pub mod codec;
+pub mod matcher;
 pub mod outbox;
 pub mod pacing;
 pub mod service;

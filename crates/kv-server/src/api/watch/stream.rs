@@ -3,7 +3,8 @@
 //! delivers applied batches, and reads history for watchers behind (see
 //! the module docs of `api::watch`).
 
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -12,6 +13,7 @@ use tokio_stream::StreamExt;
 use tonic::{Status, Streaming};
 
 use crate::api::errors::store_status;
+use crate::api::watch::matcher::Matcher;
 use crate::api::watch::outbox::{outbox, Gathered, Gone, Outbox, Responses, WATCH_MERGED_RESPONSE_BYTES_MAX};
 use crate::api::watch::watcher::Watcher;
 use crate::config::GRPC_OVERHEAD_BYTES;
@@ -19,7 +21,7 @@ use crate::error::RequestError;
 use crate::member::core::Member;
 use crate::member::watch_hub::{Changes, PreviousValue, Published};
 use crate::proto::etcdserverpb as pb;
-use crate::proto::watch_wire::{event_field, wire_event};
+use crate::proto::watch_wire::{event_field, wire_event, EventFields};
 
 /// Watchers one stream may hold. A Kubernetes API server opens about one
 /// per resource type on a stream; this leaves two orders of magnitude of
@@ -61,6 +63,13 @@ struct WatchStream {
     next_id: i64,
     /// The next watcher's serial: unlike ids, never reused on a stream.
     next_serial: u64,
+    /// The watchers by what they watch.
+    matcher: Matcher,
+    /// Every watcher has been sent every change up to this revision, or
+    /// started after it: the last batch matched, or the revision history
+    /// was read up to. A watcher's own `next` is only advanced when it is
+    /// sent something (see [`WatchStream::next_of`]).
+    synced_through: i64,
     /// The highest header revision sent on this stream: progress is never
     /// reported below it, so it never goes back.
     reported: i64,
@@ -78,12 +87,15 @@ pub fn start(member: Arc<Member>, requests: Streaming<pb::WatchRequest>, require
     // Subscribed before any watcher reads the store's revision, so every
     // batch applied after that read comes through the hub.
     let hub = member.watch_hub.subscribe();
+    let synced_through = member.store.current_revision();
     let stream = WatchStream {
         member,
         out,
         watchers: BTreeMap::new(),
         next_id: 0,
         next_serial: 0,
+        matcher: Matcher::default(),
+        synced_through,
         reported: 0,
         progress_pending: None,
     };
@@ -205,6 +217,7 @@ impl WatchStream {
                 let Some(watcher) = self.watchers.remove(&cancel.watch_id) else {
                     return Ok(());
                 };
+                self.matcher.remove(cancel.watch_id, &watcher);
                 // Its waiting events go too.
                 self.out.forget(watcher.serial);
                 let response = pb::WatchResponse {
@@ -280,6 +293,7 @@ impl WatchStream {
         };
         self.next_serial += 1;
         let starts_in_past = watcher.next <= current;
+        self.matcher.add(id, &watcher);
         self.watchers.insert(id, watcher);
         let response = pb::WatchResponse {
             header: self.header(current),
@@ -322,46 +336,102 @@ impl WatchStream {
         self.resync().await
     }
 
-    /// One applied batch: each watcher's events, as the batch's shared
-    /// encodings, join what waits for it in the outbox; a watcher that
-    /// must read history first reads it.
+    /// One applied batch: its events are matched to the stream's groups of
+    /// watchers (`matcher.rs`), and each matched watcher's, as the batch's
+    /// shared encodings, join what waits for it in the outbox.
     async fn deliver(&mut self, published: &Published) -> Result<(), Gone> {
         let changes = match published {
             Published::Changes(changes) => changes,
             Published::Restored => return self.resync().await,
         };
-        let mut gathered = Vec::new();
-        let mut behind = Vec::new();
-        for (id, watcher) in self.watchers.iter_mut() {
-            if watcher.next > changes.last {
-                continue;
-            }
-            match changes.events.as_ref().filter(|_| watcher.next >= changes.first) {
-                Some(events) => {
-                    let events = picked(&self.member, changes, events, watcher);
-                    watcher.next = changes.last + 1;
-                    if !events.is_empty() {
-                        gathered.push(Gathered {
-                            serial: watcher.serial,
-                            watch_id: *id,
-                            fragment: watcher.fragment,
-                            events,
-                        });
-                    }
-                }
-                // It missed revisions before this batch (it started in the
-                // past, or the stream lagged), or the batch was too large
-                // to carry: history has them all.
-                None => behind.push(*id),
-            }
+        if changes.last <= self.synced_through {
+            // Already read from history.
+            return Ok(());
         }
+        let events = match changes.events.as_ref() {
+            Some(events) if changes.first <= self.synced_through + 1 => events,
+            // Too large to carry (or, were batches ever out of order, a
+            // gap): history has them all.
+            _ => return self.catch_up_all(changes.last).await,
+        };
+        let gathered = self.gather_matched(changes, events);
+        self.synced_through = changes.last;
         if !gathered.is_empty() {
             self.reported = self.reported.max(changes.last);
             self.out.gather(changes.last, gathered);
         }
-        for id in behind {
-            self.catch_up(id, changes.last).await?;
+        Ok(())
+    }
+
+    /// Each matched watcher's events of a batch that follows on from
+    /// `synced_through`.
+    fn gather_matched(&mut self, changes: &Changes, events: &[mvcc::Event]) -> Vec<Gathered> {
+        let base = self.synced_through + 1;
+        // The groups hit, in the order first hit, with their events.
+        let mut hits: Vec<(usize, Vec<usize>)> = Vec::new();
+        let mut hit_at: HashMap<usize, usize> = HashMap::new();
+        let mut found = Vec::new();
+        for (index, event) in events.iter().enumerate() {
+            if event.kv.mod_revision < base {
+                continue;
+            }
+            found.clear();
+            self.matcher.matching(&event.kv.key, &mut found);
+            for &group in &found {
+                if !self.matcher.group(group).shape.wants_kind(event.kind) {
+                    continue;
+                }
+                match hit_at.entry(group) {
+                    Entry::Occupied(at) => hits[*at.get()].1.push(index),
+                    Entry::Vacant(at) => {
+                        at.insert(hits.len());
+                        hits.push((group, vec![index]));
+                    }
+                }
+            }
         }
+        let mut gathered = Vec::new();
+        for (group, indices) in hits {
+            let group = self.matcher.group(group);
+            let wire = batch_wire(&self.member, changes, group.shape.prev_kv);
+            let all: Vec<Bytes> = indices.iter().map(|&index| wire.get(index)).collect();
+            for id in &group.watchers {
+                let watcher = self.watchers.get_mut(id).expect("grouped watchers exist");
+                let from = watcher.next.max(base);
+                if from > changes.last {
+                    continue;
+                }
+                watcher.next = changes.last + 1;
+                let events = if from == base {
+                    all.clone()
+                } else {
+                    let later = indices.iter().filter(|&&index| events[index].kv.mod_revision >= from);
+                    later.map(|&index| wire.get(index)).collect()
+                };
+                if !events.is_empty() {
+                    gathered.push(Gathered {
+                        serial: watcher.serial,
+                        watch_id: *id,
+                        fragment: watcher.fragment,
+                        events,
+                    });
+                }
+            }
+        }
+        gathered
+    }
+
+    /// Every watcher reads what it missed from history, up to `to`.
+    async fn catch_up_all(&mut self, to: i64) -> Result<(), Gone> {
+        let synced_next = self.synced_through + 1;
+        for watcher in self.watchers.values_mut() {
+            watcher.next = watcher.next.max(synced_next);
+        }
+        let ids: Vec<i64> = self.watchers.keys().copied().collect();
+        for id in ids {
+            self.catch_up(id, to).await?;
+        }
+        self.synced_through = self.synced_through.max(to);
         Ok(())
     }
 
@@ -370,11 +440,7 @@ impl WatchStream {
     /// history, up to the store's revision now.
     async fn resync(&mut self) -> Result<(), Gone> {
         let current = self.member.store.current_revision();
-        let ids: Vec<i64> = self.watchers.keys().copied().collect();
-        for id in ids {
-            self.catch_up(id, current).await?;
-        }
-        Ok(())
+        self.catch_up_all(current).await
     }
 
     /// Sends watcher `id` every change from its next revision up to `to`,
@@ -396,9 +462,9 @@ impl WatchStream {
             let changes = match changes {
                 Ok(changes) => changes,
                 Err(mvcc::Error::Compacted) => {
-                    let serial = watcher.serial;
-                    self.watchers.remove(&id);
-                    self.out.forget(serial);
+                    let watcher = self.watchers.remove(&id).expect("just read");
+                    self.matcher.remove(id, &watcher);
+                    self.out.forget(watcher.serial);
                     // etcd's compacted response carries no revision.
                     let response = pb::WatchResponse {
                         header: self.header(0),
@@ -443,11 +509,17 @@ impl WatchStream {
         Ok(())
     }
 
+    /// The first revision `watcher` has not been sent: its own next, or
+    /// past every batch the stream has matched, whichever is later.
+    fn next_of(&self, watcher: &Watcher) -> i64 {
+        watcher.next.max(self.synced_through + 1)
+    }
+
     /// The revision every watcher has been sent everything up to.
     fn synced_revision(&self) -> i64 {
         self.watchers
             .values()
-            .map(|watcher| watcher.next - 1)
+            .map(|watcher| self.next_of(watcher) - 1)
             .min()
             .unwrap_or_else(|| self.member.store.current_revision())
     }
@@ -485,7 +557,7 @@ impl WatchStream {
             .watchers
             .iter()
             .filter(|(_, watcher)| watcher.progress_notify && !self.out.holds(watcher.serial))
-            .map(|(id, watcher)| (*id, (watcher.next - 1).min(current)))
+            .map(|(id, watcher)| (*id, (self.next_of(watcher) - 1).min(current)))
             .filter(|(_, revision)| *revision >= reported)
             .collect();
         for (id, revision) in due {
@@ -510,23 +582,16 @@ async fn next_published(
     }
 }
 
-/// The encodings of the batch's events that `watcher` is sent: those from
-/// its next revision on that it wants, with their previous values if it
-/// asked for them (read once per batch for every watcher that did).
-fn picked(member: &Member, changes: &Changes, events: &[mvcc::Event], watcher: &Watcher) -> Vec<Bytes> {
+/// The batch's events as the wire carries them, with their keys' previous
+/// values if asked for (read once per batch for every watcher that asks).
+fn batch_wire<'a>(member: &Member, changes: &'a Changes, prev_kv: bool) -> &'a EventFields {
     let previous = |event: &mvcc::Event| {
         member
             .store
             .value_before(&event.kv.key, event.kv.mod_revision)
             .unwrap_or_default()
     };
-    let wire = changes.wire(watcher.prev_kv.then_some(&previous as &PreviousValue));
-    events
-        .iter()
-        .enumerate()
-        .filter(|(_, event)| event.kv.mod_revision >= watcher.next && watcher.wants(event))
-        .map(|(index, _)| wire.get(index))
-        .collect()
+    changes.wire(prev_kv.then_some(&previous as &PreviousValue))
 }
 
 /// History's events encoded, in responses of at most
