@@ -236,26 +236,26 @@ impl WatchStream {
         }
     }
 
+    /// Why etcd would refuse to create this watcher, if it would.
+    fn refusal(&self, key: &[u8], range_end: &[u8], watch_id: i64) -> Option<&'static str> {
+        let is_range = range_end.len() > 1 || (range_end.len() == 1 && range_end[0] != 0);
+        if is_range && key >= range_end {
+            Some(EMPTY_RANGE)
+        } else if watch_id != 0 && self.watchers.contains_key(&watch_id) {
+            Some(DUPLICATE_ID)
+        } else if self.watchers.len() >= WATCHERS_PER_STREAM_MAX {
+            Some(TOO_MANY_WATCHERS)
+        } else {
+            None
+        }
+    }
+
     async fn create(&mut self, create: pb::WatchCreateRequest) -> Result<(), Gone> {
         let current = self.member.store.current_revision();
         // etcd's reading of the request: an empty key is the smallest key.
         let key = if create.key.is_empty() { vec![0] } else { create.key };
         let range_end = create.range_end;
-        let refused = if range_end.len() > 1 || (range_end.len() == 1 && range_end[0] != 0) {
-            (key >= range_end).then_some(EMPTY_RANGE)
-        } else {
-            None
-        };
-        let refused = refused.or_else(|| {
-            if create.watch_id != 0 && self.watchers.contains_key(&create.watch_id) {
-                Some(DUPLICATE_ID)
-            } else if self.watchers.len() >= WATCHERS_PER_STREAM_MAX {
-                Some(TOO_MANY_WATCHERS)
-            } else {
-                None
-            }
-        });
-        if let Some(reason) = refused {
+        if let Some(reason) = self.refusal(&key, &range_end, create.watch_id) {
             let response = pb::WatchResponse {
                 header: self.header(current),
                 watch_id: INVALID_WATCH_ID,
