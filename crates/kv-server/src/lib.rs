@@ -48,5 +48,6 @@ pub(crate) mod raft;
 pub mod server;
 pub(crate) mod storage;
 
+pub use api::watch::outbox::WATCH_STREAM_STALLED_BYTES_MAX;
 pub use error::Error;
 pub use peer::PEER_MESSAGE_BYTES_MAX;

@@ -91,6 +91,38 @@ impl EventFields {
     pub fn len_bytes(&self) -> usize {
         self.bytes.len()
     }
+
+    /// The fields of the events at `indices`, in that order. A slice of a
+    /// `Bytes` keeps its whole buffer alive, so slices are taken only when
+    /// they cover at least half of it; smaller picks are copied into a
+    /// buffer of their own. So what waits for a slow client holds at most
+    /// twice the bytes it will send.
+    pub fn pick(&self, indices: &[usize]) -> Vec<Bytes> {
+        let picked: usize = indices.iter().map(|&index| self.len_of(index)).sum();
+        if picked * 2 >= self.bytes.len() {
+            return indices.iter().map(|&index| self.get(index)).collect();
+        }
+        let mut own = BytesMut::with_capacity(picked);
+        for &index in indices {
+            own.extend_from_slice(&self.get(index));
+        }
+        let own = own.freeze();
+        let mut start = 0;
+        indices
+            .iter()
+            .map(|&index| {
+                let end = start + self.len_of(index);
+                let piece = own.slice(start..end);
+                start = end;
+                piece
+            })
+            .collect()
+    }
+
+    fn len_of(&self, index: usize) -> usize {
+        let start = if index == 0 { 0 } else { self.ends[index - 1] };
+        self.ends[index] - start
+    }
 }
 
 /// A response header framed as the `header` field.
@@ -251,6 +283,34 @@ mod tests {
             together.len_bytes(),
             (0..events.len()).map(|i| together.get(i).len()).sum::<usize>()
         );
+    }
+
+    // Goal: picks hold the picked fields in order, sharing the batch's
+    // buffer when they cover half of it or more and in a buffer of their
+    // own otherwise.
+    #[test]
+    fn picks_share_or_copy_by_their_share() {
+        let events: Vec<mvccpb::Event> = (2..12).map(|r| event(&format!("k{r}"), 20, r)).collect();
+        let fields = EventFields::encode(events);
+        let within = |piece: &Bytes| {
+            let (start, end) = (
+                fields.bytes.as_ptr() as usize,
+                fields.bytes.as_ptr() as usize + fields.bytes.len(),
+            );
+            (start..end).contains(&(piece.as_ptr() as usize))
+        };
+        for indices in [
+            vec![0, 3],
+            vec![9],
+            (0..10).collect::<Vec<_>>(),
+            vec![1, 2, 4, 5, 6, 7, 8],
+        ] {
+            let picked = fields.pick(&indices);
+            let expected: Vec<Bytes> = indices.iter().map(|&i| fields.get(i)).collect();
+            assert_eq!(picked, expected, "{indices:?}");
+            let shares = indices.len() * 2 >= 10;
+            assert!(picked.iter().all(|piece| within(piece) == shares), "{indices:?}");
+        }
     }
 
     // Goal: fragments carry every event once, in order; each stays below

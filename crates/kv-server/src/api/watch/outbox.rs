@@ -54,6 +54,15 @@ use crate::proto::watch_wire::{fragments, header_field, EventsResponse};
 /// here.
 pub const WATCH_STREAM_PENDING_BYTES_MAX: usize = 4 << 20;
 
+/// What one stream whose client stopped reading may make its member hold:
+/// twice [`WATCH_STREAM_PENDING_BYTES_MAX`] (the waiting responses' bytes,
+/// and the shared buffers they keep alive, at most as much again: see
+/// `EventFields::pick`), plus 2 MiB for one merged response and one
+/// batch past the bound, HTTP/2's send buffer for the stream (400 KiB)
+/// and the encoder's chunk (32 KiB). `tests/watch_memory.rs` holds a
+/// member to it.
+pub const WATCH_STREAM_STALLED_BYTES_MAX: usize = 2 * WATCH_STREAM_PENDING_BYTES_MAX + (2 << 20);
+
 /// One response as the codec encodes it.
 #[derive(Debug)]
 pub enum Outgoing {

@@ -394,7 +394,7 @@ impl WatchStream {
         for (group, indices) in hits {
             let group = self.matcher.group(group);
             let wire = batch_wire(&self.member, changes, group.shape.prev_kv);
-            let all: Vec<Bytes> = indices.iter().map(|&index| wire.get(index)).collect();
+            let all = wire.pick(&indices);
             for id in &group.watchers {
                 let watcher = self.watchers.get_mut(id).expect("grouped watchers exist");
                 let from = watcher.next.max(base);
@@ -405,8 +405,12 @@ impl WatchStream {
                 let events = if from == base {
                     all.clone()
                 } else {
-                    let later = indices.iter().filter(|&&index| events[index].kv.mod_revision >= from);
-                    later.map(|&index| wire.get(index)).collect()
+                    let later: Vec<usize> = indices
+                        .iter()
+                        .copied()
+                        .filter(|&index| events[index].kv.mod_revision >= from)
+                        .collect();
+                    wire.pick(&later)
                 };
                 if !events.is_empty() {
                     gathered.push(Gathered {
