@@ -44,6 +44,7 @@
 //! - [`codec`]: requests decoded, responses encoded whole or from pieces.
 //! - [`stream`]: one stream's task: creates, cancels, progress, delivery
 //!   from the hub, catch-up from history.
+//! - [`id_hash`]: a cheap hash for the maps keyed by watcher serials.
 //! - [`matcher`]: a stream's watchers grouped by what they watch, and
 //!   which groups an event concerns.
 //! - [`outbox`]: a stream's responses until its connection takes them,
@@ -53,6 +54,7 @@
 //! - [`watcher`]: one watcher and its filters.
 
 pub mod codec;
+pub mod id_hash;
 pub mod matcher;
 pub mod outbox;
 pub mod pacing;

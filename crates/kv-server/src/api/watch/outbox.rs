@@ -31,7 +31,8 @@
 //!
 //! The tests assert it after every step.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::hash_map::Entry;
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -42,6 +43,7 @@ use prost::Message as _;
 use tokio::sync::Notify;
 use tonic::Status;
 
+use crate::api::watch::id_hash::IdMap;
 use crate::api::watch::pacing::Pacing;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::watch_wire::{fragments, header_field, EventsResponse};
@@ -112,7 +114,7 @@ pub type Headers = Box<dyn Fn(i64) -> pb::ResponseHeader + Send + Sync>;
 #[derive(Default)]
 struct State {
     slots: VecDeque<Slot>,
-    events: HashMap<u64, Waiting>,
+    events: IdMap<u64, Waiting>,
     bytes: usize,
     /// The connection's task, waiting for a response.
     consumer: Option<Waker>,
@@ -213,8 +215,8 @@ impl Outbox {
         for gathered in batch {
             added = true;
             let waiting = match state.events.entry(gathered.serial) {
-                std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
-                std::collections::hash_map::Entry::Vacant(entry) => {
+                Entry::Occupied(entry) => entry.into_mut(),
+                Entry::Vacant(entry) => {
                     state.slots.push_back(Slot::Events(gathered.serial));
                     state.bytes += RESPONSE_OVERHEAD_BYTES;
                     entry.insert(Waiting {
@@ -234,7 +236,11 @@ impl Outbox {
             let bytes: usize = gathered.events.iter().map(Bytes::len).sum();
             waiting.open.revision = revision;
             waiting.open.bytes += bytes;
-            waiting.open.events.extend(gathered.events);
+            if waiting.open.events.is_empty() {
+                waiting.open.events = gathered.events;
+            } else {
+                waiting.open.events.extend(gathered.events);
+            }
             waiting.bytes += bytes;
             state.bytes += bytes;
         }

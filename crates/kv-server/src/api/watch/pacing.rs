@@ -22,13 +22,15 @@
 //! only watchers that would receive several responses in one window are
 //! held back.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future as _;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
+
+use crate::api::watch::id_hash::IdSet;
 
 /// The window: etcd retries its victim watchers every 10 ms, so this
 /// delays no event more than etcd does under the same load.
@@ -48,7 +50,7 @@ pub struct Pacing {
     /// watcher one response per window.
     busy: bool,
     /// The watchers (by serial) sent one in the window.
-    watchers_sent: HashSet<u64>,
+    watchers_sent: IdSet<u64>,
     /// The watchers held back to the next window, in the order their
     /// responses came up.
     deferred: VecDeque<u64>,
@@ -62,7 +64,7 @@ impl Default for Pacing {
             window_end: now + WATCH_COALESCE_INTERVAL,
             sent: 0,
             busy: false,
-            watchers_sent: HashSet::new(),
+            watchers_sent: IdSet::default(),
             deferred: VecDeque::new(),
             timer: Box::pin(tokio::time::sleep_until(now)),
         }

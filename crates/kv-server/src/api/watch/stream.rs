@@ -4,7 +4,7 @@
 //! the module docs of `api::watch`).
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,6 +13,7 @@ use tokio_stream::StreamExt;
 use tonic::{Status, Streaming};
 
 use crate::api::errors::store_status;
+use crate::api::watch::id_hash::IdMap;
 use crate::api::watch::matcher::Matcher;
 use crate::api::watch::outbox::{outbox, Gathered, Gone, Outbox, Responses, WATCH_MERGED_RESPONSE_BYTES_MAX};
 use crate::api::watch::watcher::Watcher;
@@ -369,7 +370,7 @@ impl WatchStream {
         let base = self.synced_through + 1;
         // The groups hit, in the order first hit, with their events.
         let mut hits: Vec<(usize, Vec<usize>)> = Vec::new();
-        let mut hit_at: HashMap<usize, usize> = HashMap::new();
+        let mut hit_at: IdMap<usize, usize> = IdMap::default();
         let mut found = Vec::new();
         for (index, event) in events.iter().enumerate() {
             if event.kv.mod_revision < base {
