@@ -72,13 +72,20 @@ pub enum Outgoing {
     Events(EventsResponse),
 }
 
+/// Boxed where large, so that a queue of slots costs 16 bytes a slot: a
+/// client creating a thousand watchers queues a thousand responses.
 enum Slot {
-    Message(pb::WatchResponse),
+    Message(Box<pb::WatchResponse>),
     /// The waiting events of the watcher with this serial.
     Events(u64),
     /// The stream ends with this error.
-    End(Status),
+    End(Box<Status>),
 }
+
+/// Slots, and waiting watchers, an outbox keeps room for once it has
+/// emptied; past a burst (a client creating its watchers) the rest is
+/// given back, so an idle stream costs little whatever it once queued.
+const EMPTY_OUTBOX_ROOM: usize = 32;
 
 /// Event bytes past which a watcher's waiting response takes no more
 /// batches: later ones wait in a response of their own. One response then
@@ -194,14 +201,14 @@ impl Outbox {
     pub fn push(&self, response: pb::WatchResponse) {
         let mut state = self.shared.state.lock();
         state.bytes += response.encoded_len();
-        state.slots.push_back(Slot::Message(response));
+        state.slots.push_back(Slot::Message(Box::new(response)));
         wake(&mut state);
     }
 
     /// Ends the stream with `status` once everything before it is sent.
     pub fn end(&self, status: Status) {
         let mut state = self.shared.state.lock();
-        state.slots.push_back(Slot::End(status));
+        state.slots.push_back(Slot::End(Box::new(status)));
         wake(&mut state);
     }
 
@@ -358,10 +365,10 @@ impl Responses {
         loop {
             let slot = state.slots.pop_front()?;
             let taken = match slot {
-                Slot::End(status) => return Some(Err(status)),
+                Slot::End(status) => return Some(Err(*status)),
                 Slot::Message(response) => {
                     state.bytes -= response.encoded_len();
-                    self.ready.push_back(Outgoing::Message(response));
+                    self.ready.push_back(Outgoing::Message(*response));
                     true
                 }
                 Slot::Events(serial) if state.events.contains_key(&serial) && self.pacing.hold_back(serial) => false,
@@ -437,6 +444,12 @@ impl tokio_stream::Stream for Responses {
             None if state.closed => Poll::Ready(None),
             None => {
                 state.consumer = Some(cx.waker().clone());
+                if state.slots.capacity() > EMPTY_OUTBOX_ROOM {
+                    state.slots.shrink_to(EMPTY_OUTBOX_ROOM);
+                }
+                if state.events.is_empty() && state.events.capacity() > EMPTY_OUTBOX_ROOM {
+                    state.events.shrink_to(EMPTY_OUTBOX_ROOM);
+                }
                 drop(state);
                 if this.pacing.holds_any() && this.pacing.poll_window_end(cx).is_ready() {
                     // The window ended while taking: go again.
