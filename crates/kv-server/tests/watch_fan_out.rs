@@ -8,7 +8,7 @@
 //! streams from this process, 10 connections carrying 10 streams each.
 //! Half the streams are read while the puts are made (events delivered as
 //! they apply); the other half only after every put, so the member has to
-//! hold their events back and gather them (the slow-client path). The
+//! hold their events back, merged in its outbox (the slow-client path). The
 //! client keeps a little per watcher, not the events: the late readers
 //! check each event against the puts' revisions as it arrives; the live
 //! readers check that each watcher's revisions strictly increase, and at
