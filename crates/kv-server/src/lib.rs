@@ -51,3 +51,4 @@ pub(crate) mod storage;
 pub use api::watch::outbox::WATCH_STREAM_STALLED_BYTES_MAX;
 pub use error::Error;
 pub use peer::PEER_MESSAGE_BYTES_MAX;
+pub use storage::backup;

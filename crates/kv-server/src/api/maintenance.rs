@@ -1,9 +1,14 @@
-//! etcd's `Maintenance` service: Status, HashKV, MoveLeader, and an Alarm
-//! that reports no alarms. The rest answer Unimplemented until they exist.
+//! etcd's `Maintenance` service: Status, HashKV, MoveLeader, Snapshot, and
+//! an Alarm that reports no alarms. The rest answer Unimplemented until
+//! they exist.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
@@ -11,6 +16,8 @@ use crate::api::errors::store_status;
 use crate::member::core::Member;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
+use crate::storage::backup;
+use crate::storage::layout::DataDir;
 
 /// The etcd version this server speaks. Clients and tools read it from
 /// Status and `/version` to decide which API they may use, so it names the
@@ -19,8 +26,34 @@ pub const ETCD_API_VERSION: &str = "3.5.17";
 /// The cluster version etcd 3.5 members agree on.
 pub const ETCD_CLUSTER_VERSION: &str = "3.5.0";
 
+/// Bytes of the snapshot file per response: etcd's clients take messages
+/// of up to 2 GiB and gRPC's default is 4 MiB, so 1 MiB passes any client
+/// and keeps the response count low.
+pub const BACKUP_CHUNK_BYTES: usize = 1 << 20;
+
+/// Snapshots taken for clients at once. Each writes a full copy of the
+/// store to the member's disk before it is sent, so two at most.
+pub const BACKUPS_AT_ONCE: usize = 2;
+
+/// Chunks read ahead of the client per snapshot.
+const BACKUP_CHUNKS_AHEAD: usize = 4;
+
 pub struct MaintenanceService {
     pub member: Arc<Member>,
+    /// Permits for [`BACKUPS_AT_ONCE`].
+    pub backups: Arc<Semaphore>,
+    /// Names each snapshot's file apart.
+    pub next_backup: AtomicU64,
+}
+
+impl MaintenanceService {
+    pub fn new(member: Arc<Member>) -> MaintenanceService {
+        MaintenanceService {
+            member,
+            backups: Arc::new(Semaphore::new(BACKUPS_AT_ONCE)),
+            next_backup: AtomicU64::new(0),
+        }
+    }
 }
 
 fn unimplemented(what: &str) -> Status {
@@ -80,8 +113,33 @@ impl Maintenance for MaintenanceService {
 
     type SnapshotStream = SnapshotStream;
 
+    /// The store as a snapshot file (`storage::backup`), written to this
+    /// member's disk, then streamed and removed, as etcd streams its
+    /// database file.
     async fn snapshot(&self, _: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
-        Err(unimplemented("Snapshot"))
+        let permit = self.backups.clone().acquire_owned().await.expect("never closed");
+        let n = self.next_backup.fetch_add(1, Ordering::Relaxed);
+        let path = DataDir::new(self.member.config.data_dir()).backup(n);
+        let store = self.member.store.clone();
+        let written = path.clone();
+        let size = tokio::task::spawn_blocking(move || backup::write(&store, &written))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let opened = size.and_then(|size| {
+            let file = std::fs::File::open(&path).map_err(crate::error::Error::io(&path))?;
+            Ok((size, file))
+        });
+        // Unlinked at once: the open file lives until it is sent, and
+        // nothing is left behind if the client goes away.
+        let _ = std::fs::remove_file(&path);
+        let (size, file) = opened.map_err(|error| {
+            tracing::error!(%error, "snapshot for a client failed");
+            Status::internal(error.to_string())
+        })?;
+        tracing::info!(size, "sending a snapshot to a client");
+        let (out, chunks) = mpsc::channel(BACKUP_CHUNKS_AHEAD);
+        tokio::spawn(send_backup(tokio::fs::File::from_std(file), size, out, permit));
+        Ok(Response::new(Box::pin(ReceiverStream::new(chunks))))
     }
 
     /// As etcd: see `Member::move_leader`.
@@ -97,4 +155,35 @@ impl Maintenance for MaintenanceService {
     async fn downgrade(&self, _: Request<pb::DowngradeRequest>) -> Result<Response<pb::DowngradeResponse>, Status> {
         Err(unimplemented("Downgrade"))
     }
+}
+
+/// Streams a snapshot file of `size` bytes in [`BACKUP_CHUNK_BYTES`]
+/// pieces, each saying how many bytes remain after it; holds `permit`
+/// until done.
+async fn send_backup(
+    mut file: tokio::fs::File,
+    size: u64,
+    out: mpsc::Sender<Result<pb::SnapshotResponse, Status>>,
+    permit: OwnedSemaphorePermit,
+) {
+    let mut sent = 0u64;
+    while sent < size {
+        let mut blob = vec![0u8; BACKUP_CHUNK_BYTES.min((size - sent) as usize)];
+        if let Err(error) = file.read_exact(&mut blob).await {
+            let _ = out
+                .send(Err(Status::internal(format!("reading the snapshot: {error}"))))
+                .await;
+            break;
+        }
+        sent += blob.len() as u64;
+        let response = pb::SnapshotResponse {
+            header: None,
+            remaining_bytes: size - sent,
+            blob,
+        };
+        if out.send(Ok(response)).await.is_err() {
+            break;
+        }
+    }
+    drop(permit);
 }

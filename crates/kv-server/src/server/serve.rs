@@ -86,9 +86,7 @@ async fn serve_clients(
         max_decoding_message_size: max_decoding,
     })
     .add_service(ClusterServer::new(ClusterService { member: member_of() }).max_decoding_message_size(max_decoding))
-    .add_service(
-        MaintenanceServer::new(MaintenanceService { member: member_of() }).max_decoding_message_size(max_decoding),
-    )
+    .add_service(MaintenanceServer::new(MaintenanceService::new(member_of())).max_decoding_message_size(max_decoding))
     .add_service(health_service)
     .into_axum_router()
     .merge(http::routes(member_of()));

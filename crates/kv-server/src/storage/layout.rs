@@ -10,6 +10,7 @@
 //!     snap-<index>-<term>.db    a snapshot received from the leader, pending
 //!     snap-in-<index>.tmp       a snapshot being received
 //!     snap-out-<peer>.tmp       a snapshot being sent to a peer
+//!     backup-<n>.tmp            a snapshot being written for a client
 //! ```
 //!
 //! Indexes, terms and peer ids in names are lowercase hex, the first two
@@ -72,6 +73,11 @@ impl DataDir {
     }
 
     /// The store's dump while it is being sent to `peer`.
+    /// A snapshot file being written for a client (`storage::backup`).
+    pub fn backup(&self, n: u64) -> PathBuf {
+        self.member().join(format!("backup-{n}.tmp"))
+    }
+
     pub fn outgoing_snapshot(&self, peer: u64) -> PathBuf {
         self.member().join(format!("snap-out-{peer:x}.tmp"))
     }

@@ -8,8 +8,10 @@
 //! - [`marker`]: which snapshot the store holds on disk.
 //! - [`pending`]: snapshots received and not yet installed.
 //! - [`attributes`]: members' client URLs, as published through raft.
+//! - [`backup`]: the snapshot file clients save, and reading it back.
 
 pub mod attributes;
+pub mod backup;
 pub mod durable_log;
 pub mod layout;
 pub mod marker;
