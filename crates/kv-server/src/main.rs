@@ -1,5 +1,7 @@
 //! `kv-server`: one member of an etcd-compatible cluster. With no flags it
 //! is a single-member store on 127.0.0.1:2379 (peers on 2380), like etcd.
+//! `kv-server snapshot restore FILE` builds a new member's data directory
+//! from a saved snapshot (`server::restore`).
 
 use clap::Parser;
 
@@ -8,6 +10,19 @@ fn main() {
     // With the `failpoints` feature, FAILPOINTS in the environment arms the
     // WAL's failpoints (fault tests); without it this does nothing.
     let _failpoints = fail::FailScenario::setup();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.len() > 2 && args[1] == "snapshot" && args[2] == "restore" {
+        // `kv-server snapshot restore FILE [etcdutl's flags]`.
+        let restore = kv_server::server::restore::RestoreArgs::parse_from(&args[2..]);
+        match kv_server::server::restore::restore(&restore) {
+            Ok(dir) => println!("restored snapshot into {}", dir.display()),
+            Err(error) => {
+                eprintln!("kv-server: {error}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     let config = kv_server::config::Config::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));

@@ -9,7 +9,11 @@
 //! of 512: the data, then its SHA-256). kv-server's file is then opened
 //! (its digest and header checked) and restored into an empty store, which
 //! must hold every key the cluster serves, with its value, revisions,
-//! version and lease, at the same revision.
+//! version and lease, at the same revision. Last, `kv-server snapshot
+//! restore` (etcdutl's flags) builds a new single member's data directory
+//! from the file; started, that member serves every key as the old
+//! cluster did, takes new writes at the revisions after, and a second
+//! restore into the same directory is refused.
 //!
 //! Needs etcd and etcdctl: `ETCD_BIN` and `ETCDCTL_BIN`, or the cache that
 //! `../shared/peers/build.sh` fills (CI runs it).
@@ -30,6 +34,8 @@ const KEYS: usize = 700;
 /// Every third key from the first is deleted: 100 distinct keys.
 const DELETES: usize = 100;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Client port of the member restored from the file (peer port one above).
+const RESTORED_PORT: u16 = 18579;
 
 /// A key as compared: key, value, create and mod revisions, version, lease.
 type Stored = (Vec<u8>, Vec<u8>, i64, i64, i64, i64);
@@ -72,7 +78,7 @@ fn save(endpoint: &str, path: &Path) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcdctl_saves_a_consistent_snapshot_from_either_server() {
+async fn etcdctl_saves_a_snapshot_that_restores_into_a_new_member() {
     let files = tempfile::tempdir().expect("tempdir");
 
     let etcd_dir = tempfile::tempdir().expect("tempdir");
@@ -101,7 +107,7 @@ async fn etcdctl_saves_a_consistent_snapshot_from_either_server() {
         .into_inner();
     assert_eq!(served.kvs.len(), KEYS - DELETES);
 
-    let backup = kv_server::backup::open(&path).expect("the saved file opens");
+    let backup = kv_server::backup::open(&path, true).expect("the saved file opens");
     let copy = mvcc::Store::open(&files.path().join("restored")).expect("empty store");
     copy.restore_from(backup.consistent_index, backup.dump)
         .expect("restore");
@@ -141,5 +147,75 @@ async fn etcdctl_saves_a_consistent_snapshot_from_either_server() {
         })
         .collect();
     assert_eq!(as_restored, as_served, "the copy holds what the cluster serves");
-    assert_eq!(copy.current_revision(), served.header.expect("header").revision);
+    let revision = served.header.expect("header").revision;
+    assert_eq!(copy.current_revision(), revision);
+    drop(cluster);
+
+    // A new single member from the file, with the flags the test cluster
+    // starts its first member with.
+    let new_dir = tempfile::tempdir().expect("tempdir");
+    let peer = format!("http://127.0.0.1:{}", RESTORED_PORT + 1);
+    let restore = |data_dir: &Path| {
+        Command::new(common::kv_server())
+            .args(["snapshot", "restore"])
+            .arg(&path)
+            .args(["--name", "infra1", "--initial-cluster-token", "test-cluster"])
+            .arg(format!("--initial-cluster=infra1={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg("--data-dir")
+            .arg(data_dir)
+            .output()
+            .expect("run kv-server snapshot restore")
+    };
+    let restored_dir = new_dir.path().join("infra1");
+    let output = restore(&restored_dir);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let again = restore(&restored_dir);
+    assert!(
+        !again.status.success(),
+        "a second restore into the same directory is refused"
+    );
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists"));
+
+    let single = common::Cluster::start_members(&common::kv_server(), new_dir.path(), RESTORED_PORT, 1, &[]);
+    let channel = common::connect(&single.members[0].endpoint(), CALL_TIMEOUT)
+        .await
+        .expect("connect");
+    let mut kv = KvClient::new(channel);
+    let everything = pb::RangeRequest {
+        key: vec![0],
+        range_end: vec![0],
+        ..Default::default()
+    };
+    let after = kv
+        .range(everything.clone())
+        .await
+        .expect("range the restored member")
+        .into_inner();
+    let as_after: Vec<Stored> = after
+        .kvs
+        .into_iter()
+        .map(|kv| {
+            (
+                kv.key,
+                kv.value,
+                kv.create_revision,
+                kv.mod_revision,
+                kv.version,
+                kv.lease,
+            )
+        })
+        .collect();
+    assert_eq!(
+        as_after, as_restored,
+        "the restored member serves every key as the cluster did"
+    );
+    assert_eq!(after.header.expect("header").revision, revision);
+    let put = pb::PutRequest {
+        key: b"save/new".to_vec(),
+        value: b"after the restore".to_vec(),
+        ..Default::default()
+    };
+    let written = kv.put(put).await.expect("put after the restore").into_inner();
+    assert_eq!(written.header.expect("header").revision, revision + 1);
 }

@@ -609,7 +609,21 @@ impl Store {
     /// the mark, then everything is flushed. A store opened with the mark
     /// set ([`Store::is_restoring`]) holds part of a snapshot, and must be
     /// restored again before use.
-    pub fn restore_from(&self, raft_index: u64, mut input: impl std::io::Read) -> Result<()> {
+    pub fn restore_from(&self, raft_index: u64, input: impl std::io::Read) -> Result<()> {
+        self.restore_items(Some(raft_index), input)
+    }
+
+    /// Replaces everything with a snapshot read from `input`, for a new
+    /// cluster (a backup restored into new members): the data and its
+    /// revisions are the snapshot's, but the consistent index is 0, since
+    /// the new cluster's raft log starts again from its first entry.
+    pub fn restore_for_new_cluster(&self, input: impl std::io::Read) -> Result<()> {
+        self.restore_items(None, input)
+    }
+
+    /// [`Store::restore_from`] for `Some(raft_index)`, and
+    /// [`Store::restore_for_new_cluster`] for `None`.
+    fn restore_items(&self, raft_index: Option<u64>, mut input: impl std::io::Read) -> Result<()> {
         self.check_usable()?;
         let mut state = self.state.write();
         // What the open batch holds is replaced with the rest.
@@ -637,7 +651,7 @@ impl Store {
                 batch_bytes = 0;
             }
         }
-        let consistent_index = raft_index.max(snapshot_index);
+        let consistent_index = raft_index.map_or(0, |index| index.max(snapshot_index));
         batch.insert(META_CONSISTENT_INDEX, &(consistent_index as i64).to_be_bytes());
         batch.remove(META_RESTORING);
         self.apply_restore_batch(batch)?;

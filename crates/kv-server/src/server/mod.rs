@@ -5,8 +5,11 @@
 //! - [`serve`]: the peer and client listeners, until a stop signal.
 //! - [`tasks`]: the background tasks.
 //! - [`listener`]: the client port's listener, bounded in connections.
+//! - [`restore`]: `kv-server snapshot restore`, a new member's data
+//!   directory from a saved snapshot.
 
 pub mod listener;
+pub mod restore;
 pub mod serve;
 pub mod start;
 pub mod tasks;
