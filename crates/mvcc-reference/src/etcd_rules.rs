@@ -30,7 +30,10 @@ pub fn check(request: &WriteRequest) -> Result<()> {
         }
         WriteRequest::LeaseGrant(grant) if grant.id == NO_LEASE => Err(Error::LeaseNotFound),
         WriteRequest::LeaseGrant(grant) if grant.ttl > MAX_LEASE_TTL => Err(Error::LeaseTtlTooLarge),
-        WriteRequest::LeaseGrant(_) | WriteRequest::LeaseRevoke(_) | WriteRequest::Compaction(_) => Ok(()),
+        WriteRequest::LeaseGrant(_)
+        | WriteRequest::LeaseRevoke(_)
+        | WriteRequest::Compaction(_)
+        | WriteRequest::Alarm(_) => Ok(()),
     }
 }
 

@@ -18,6 +18,8 @@ pub struct Model {
     pub compact: i64,
     /// Lease id -> granted TTL.
     pub leases: BTreeMap<i64, i64>,
+    /// The raised alarms.
+    pub alarms: BTreeSet<Alarm>,
 }
 
 impl Model {
@@ -383,6 +385,17 @@ impl Model {
         let response = match request {
             WriteRequest::Compaction(compaction) => Some(self.compact(compaction)),
             WriteRequest::LeaseGrant(grant) => Some(self.grant(grant)),
+            WriteRequest::Alarm(request) => {
+                // etcd's alarm store: a raise answers the alarm, a clear
+                // answers it only if it was raised; the revision stays.
+                let alarm = if request.activate {
+                    self.alarms.insert(request.alarm);
+                    Some(request.alarm)
+                } else {
+                    self.alarms.remove(&request.alarm).then_some(request.alarm)
+                };
+                Some(Ok(WriteResponse::Alarm(AlarmResponse { alarm })))
+            }
             _ => None,
         };
         if let Some(response) = response {
@@ -426,7 +439,7 @@ impl Model {
                     Ok(WriteResponse::LeaseRevoke(LeaseRevokeResponse { revision: txn.view() }))
                 }
             },
-            WriteRequest::Compaction(_) | WriteRequest::LeaseGrant(_) => unreachable!(),
+            WriteRequest::Compaction(_) | WriteRequest::LeaseGrant(_) | WriteRequest::Alarm(_) => unreachable!(),
         };
         let (view, events) = (txn.view(), std::mem::take(&mut txn.events));
         self.current = view;

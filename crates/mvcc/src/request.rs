@@ -180,6 +180,30 @@ pub struct LeaseRevokeResponse {
     pub revision: i64,
 }
 
+/// One member's alarm of one kind (etcd's `AlarmMember`; the kinds are
+/// etcd's `AlarmType` numbers: 1 NOSPACE, 2 CORRUPT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Alarm {
+    pub member_id: u64,
+    pub kind: i32,
+}
+
+/// etcd's `AlarmRequest` with ACTIVATE (`activate`) or DEACTIVATE: raises
+/// or clears one member's alarm. Alarms are replicated state: they do not
+/// move the revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlarmRequest {
+    pub activate: bool,
+    pub alarm: Alarm,
+}
+
+/// What etcd answers: the alarm raised (also when it already was), or the
+/// alarm cleared (none when it was not raised).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AlarmResponse {
+    pub alarm: Option<Alarm>,
+}
+
 /// A request that goes through raft and is applied to the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteRequest {
@@ -189,6 +213,7 @@ pub enum WriteRequest {
     Compaction(CompactionRequest),
     LeaseGrant(LeaseGrantRequest),
     LeaseRevoke(LeaseRevokeRequest),
+    Alarm(AlarmRequest),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,6 +223,7 @@ pub enum WriteResponse {
     Txn(TxnResponse),
     Compaction(CompactionResponse),
     LeaseGrant(LeaseGrantResponse),
+    Alarm(AlarmResponse),
     LeaseRevoke(LeaseRevokeResponse),
 }
 

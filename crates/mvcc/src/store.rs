@@ -14,9 +14,9 @@
 //! log buffer for every batch it applies, which per raft entry cost CPU
 //! on sled's I/O threads and disk time the WAL's fdatasync waited behind.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{RwLock, RwLockWriteGuard};
@@ -32,9 +32,9 @@ use crate::lease::{Lease, LeaseTable};
 use crate::range;
 use crate::records::{self, Overlay};
 use crate::request::{
-    Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest,
-    LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse,
-    WriteRequest, WriteResponse,
+    Alarm, AlarmRequest, AlarmResponse, Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest,
+    DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, WriteRequest, WriteResponse,
 };
 use crate::revision::Revision;
 use crate::txn;
@@ -44,6 +44,8 @@ use crate::validate;
 const LEASE_SPACE: u8 = b'l';
 // The metadata space is prefixed 'm'; its three keys are spelled whole.
 const META_CONSISTENT_INDEX: &[u8] = b"mconsistent_index";
+/// The raised alarms: 12 bytes each, member id (u64) and kind (i32), big-endian.
+const META_ALARMS: &[u8] = b"malarms";
 const META_CURRENT_REVISION: &[u8] = b"mcurrent_revision";
 const META_COMPACT_REVISION: &[u8] = b"mcompact_revision";
 /// Present while a snapshot is being restored (see `restore_from`).
@@ -132,6 +134,8 @@ struct State {
     compaction_hashes: VecDeque<KeyValueHash>,
     /// Applied writes sled does not have yet (see the module docs).
     batch: Batch,
+    /// The raised alarms, as stored under `META_ALARMS`.
+    alarms: BTreeSet<Alarm>,
 }
 
 /// A multi-version store on sled with etcd's revision semantics.
@@ -142,6 +146,43 @@ pub struct Store {
     /// Set when sled failed to apply a batch: the index is then ahead of
     /// storage, so the store refuses everything until it is reopened.
     poisoned: AtomicBool,
+    /// A bit for each kind of alarm raised (`1 << kind`), kept with
+    /// `State::alarms`, so that every write's check reads no lock.
+    alarm_kinds: AtomicU32,
+}
+
+/// Reads the raised alarms from storage.
+fn read_alarms(db: &sled::Db) -> Result<BTreeSet<Alarm>> {
+    let Some(bytes) = db.get(META_ALARMS)? else {
+        return Ok(BTreeSet::new());
+    };
+    if bytes.len() % 12 != 0 {
+        return Err(corrupt("alarm records are not 12 bytes each"));
+    }
+    Ok(bytes
+        .chunks_exact(12)
+        .map(|record| Alarm {
+            member_id: u64::from_be_bytes(record[..8].try_into().expect("8 bytes")),
+            kind: i32::from_be_bytes(record[8..].try_into().expect("4 bytes")),
+        })
+        .collect())
+}
+
+fn encode_alarms(alarms: &BTreeSet<Alarm>) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(alarms.len() * 12);
+    for alarm in alarms {
+        bytes.extend_from_slice(&alarm.member_id.to_be_bytes());
+        bytes.extend_from_slice(&alarm.kind.to_be_bytes());
+    }
+    bytes
+}
+
+/// The bits of `alarm_kinds` for `alarms` (kinds outside 0..32 have none).
+fn kinds_of(alarms: &BTreeSet<Alarm>) -> u32 {
+    alarms
+        .iter()
+        .filter(|alarm| (0..32).contains(&alarm.kind))
+        .fold(0, |kinds, alarm| kinds | 1 << alarm.kind)
 }
 
 fn lease_key(id: i64) -> [u8; 9] {
@@ -234,6 +275,8 @@ impl Store {
         records::upgrade(&db)?;
         let (index, leases, current_revision, compact_revision) = rebuild(&db)?;
         let consistent_index = read_i64(&db, META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
+        let alarms = read_alarms(&db)?;
+        let alarm_kinds = AtomicU32::new(kinds_of(&alarms));
         Ok(Store {
             db,
             state: RwLock::new(State {
@@ -244,7 +287,9 @@ impl Store {
                 consistent_index,
                 compaction_hashes: VecDeque::new(),
                 batch: Batch::default(),
+                alarms,
             }),
+            alarm_kinds,
             max_txn_ops,
             poisoned: AtomicBool::new(false),
         })
@@ -420,6 +465,14 @@ impl Store {
                     events: Vec::new(),
                 }
             }
+            WriteRequest::Alarm(request) => {
+                let response = change_alarm(state, batch, request);
+                self.alarm_kinds.store(kinds_of(&state.alarms), Ordering::Release);
+                return Applied {
+                    response: Ok(WriteResponse::Alarm(response)),
+                    events: Vec::new(),
+                };
+            }
             _ => {}
         }
         let mut txn = StoreTxn {
@@ -437,7 +490,9 @@ impl Store {
                 txn::plan(&txn, request).map(|path| WriteResponse::Txn(txn::execute(&mut txn, request, &path)))
             }
             WriteRequest::LeaseRevoke(revoke) => txn.revoke_lease(revoke).map(WriteResponse::LeaseRevoke),
-            WriteRequest::Compaction(_) | WriteRequest::LeaseGrant(_) => unreachable!("handled above"),
+            WriteRequest::Compaction(_) | WriteRequest::LeaseGrant(_) | WriteRequest::Alarm(_) => {
+                unreachable!("handled above")
+            }
         };
         let revision = txn.revision();
         let events = std::mem::take(&mut txn.events);
@@ -652,6 +707,10 @@ impl Store {
             }
         }
         let consistent_index = raft_index.map_or(0, |index| index.max(snapshot_index));
+        if raft_index.is_none() {
+            // Alarms name the old cluster's members.
+            batch.remove(META_ALARMS);
+        }
         batch.insert(META_CONSISTENT_INDEX, &(consistent_index as i64).to_be_bytes());
         batch.remove(META_RESTORING);
         self.apply_restore_batch(batch)?;
@@ -661,6 +720,8 @@ impl Store {
         // there is no open batch to commit.
         self.db.flush()?;
         let (index, leases, current_revision, compact_revision) = rebuild(&self.db)?;
+        let alarms = read_alarms(&self.db)?;
+        self.alarm_kinds.store(kinds_of(&alarms), Ordering::Release);
         // Remembered compaction hashes describe the replaced history.
         *state = State {
             index,
@@ -670,6 +731,7 @@ impl Store {
             consistent_index,
             compaction_hashes: VecDeque::new(),
             batch: Batch::default(),
+            alarms,
         };
         Ok(())
     }
@@ -686,6 +748,16 @@ impl Store {
     /// when the process stopped. See [`Store::restore_from`].
     pub fn is_restoring(&self) -> Result<bool> {
         Ok(self.db.contains_key(META_RESTORING)?)
+    }
+
+    /// The raised alarms, by member then kind.
+    pub fn alarms(&self) -> Vec<Alarm> {
+        self.state.read().alarms.iter().copied().collect()
+    }
+
+    /// Whether some member's alarm of this kind is raised; reads no lock.
+    pub fn has_alarm(&self, kind: i32) -> bool {
+        (0..32).contains(&kind) && self.alarm_kinds.load(Ordering::Acquire) & 1 << kind != 0
     }
 
     /// Bytes the store occupies on disk.
@@ -791,6 +863,18 @@ fn grant_lease(state: &mut State, batch: &mut Batch, request: &LeaseGrantRequest
         id: request.id,
         ttl: request.ttl,
     })
+}
+
+/// Raises or clears an alarm, as etcd's alarm store does.
+fn change_alarm(state: &mut State, batch: &mut Batch, request: &AlarmRequest) -> AlarmResponse {
+    let changed = if request.activate {
+        state.alarms.insert(request.alarm);
+        Some(request.alarm)
+    } else {
+        state.alarms.remove(&request.alarm).then_some(request.alarm)
+    };
+    batch.sled.insert(META_ALARMS, encode_alarms(&state.alarms));
+    AlarmResponse { alarm: changed }
 }
 
 /// The open batch: applied writes, before sled has them.
@@ -1016,5 +1100,70 @@ mod tests {
             Err(sled::Error::Io(error)) => assert!(is_lock_held(&error), "{error}"),
             other => panic!("expected a lock error, got {other:?}"),
         }
+    }
+
+    fn alarm(member_id: u64, kind: i32, activate: bool) -> WriteRequest {
+        WriteRequest::Alarm(AlarmRequest {
+            activate,
+            alarm: Alarm { member_id, kind },
+        })
+    }
+
+    fn answer(store: &Store, index: u64, request: WriteRequest) -> Option<Alarm> {
+        match store.apply(index, &[request]).unwrap().remove(0).response {
+            Ok(WriteResponse::Alarm(response)) => response.alarm,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // Goal: alarms are raised and cleared as etcd's alarm store does them
+    // (a raise answers the alarm even when it was raised; a clear answers
+    // it only when it was), leave the revision alone, survive a reopen,
+    // travel in a snapshot, and are dropped by a restore for a new
+    // cluster, whose members are others.
+    #[test]
+    fn alarms_are_replicated_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("a")).unwrap();
+        let revision = store.current_revision();
+        assert!(!store.has_alarm(1));
+        assert_eq!(
+            answer(&store, 1, alarm(7, 1, true)),
+            Some(Alarm { member_id: 7, kind: 1 })
+        );
+        assert_eq!(
+            answer(&store, 2, alarm(7, 1, true)),
+            Some(Alarm { member_id: 7, kind: 1 })
+        );
+        assert_eq!(
+            answer(&store, 3, alarm(9, 2, true)),
+            Some(Alarm { member_id: 9, kind: 2 })
+        );
+        assert_eq!(
+            answer(&store, 4, alarm(9, 1, false)),
+            None,
+            "not raised, so not cleared"
+        );
+        assert!(store.has_alarm(1) && store.has_alarm(2) && !store.has_alarm(3));
+        assert_eq!(store.current_revision(), revision);
+        drop(store);
+
+        let store = Store::open(&dir.path().join("a")).unwrap();
+        assert_eq!(store.alarms().len(), 2, "kept across a reopen");
+        let (index, data) = store.snapshot().unwrap();
+        let copy = Store::open(&dir.path().join("b")).unwrap();
+        copy.restore(index, &data).unwrap();
+        assert_eq!(copy.alarms(), store.alarms());
+        assert!(copy.has_alarm(2));
+        assert_eq!(
+            answer(&copy, index + 1, alarm(9, 2, false)),
+            Some(Alarm { member_id: 9, kind: 2 })
+        );
+        assert!(!copy.has_alarm(2) && copy.has_alarm(1));
+
+        let fresh = Store::open(&dir.path().join("c")).unwrap();
+        fresh.restore_for_new_cluster(&data[..]).unwrap();
+        assert!(fresh.alarms().is_empty() && !fresh.has_alarm(1));
+        assert_eq!(fresh.consistent_index(), 0);
     }
 }

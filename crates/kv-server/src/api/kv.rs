@@ -66,7 +66,7 @@ impl Kv for KvService {
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         let request = request.into_inner();
         mvcc::validate::check_put(&convert::put_request(request.clone())).map_err(|e| store_status(&e))?;
-        self.member.check_quota(request.key.len() + request.value.len())?;
+        self.member.check_quota(request.key.len() + request.value.len()).await?;
         match self.member.propose(raft_request::Request::Put(request)).await? {
             mvcc::WriteResponse::Put(response) => {
                 let header = self.member.header(response.revision);
@@ -99,7 +99,7 @@ impl Kv for KvService {
         mvcc::validate::check_txn(&checked, self.member.config.max_txn_ops).map_err(|e| store_status(&e))?;
         let put_bytes = txn_put_bytes(&checked);
         if put_bytes > 0 {
-            self.member.check_quota(put_bytes)?;
+            self.member.check_quota(put_bytes).await?;
         }
         match self.member.propose(raft_request::Request::Txn(request)).await? {
             mvcc::WriteResponse::Txn(response) => {

@@ -1,6 +1,5 @@
-//! etcd's `Maintenance` service: Status, HashKV, MoveLeader, Snapshot, and
-//! an Alarm that reports no alarms. The rest answer Unimplemented until
-//! they exist.
+//! etcd's `Maintenance` service: Status, HashKV, MoveLeader, Snapshot and
+//! Alarm. The rest answer Unimplemented until they exist.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +15,7 @@ use crate::api::errors::store_status;
 use crate::member::core::Member;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
+use crate::proto::kvserverpb::raft_request;
 use crate::storage::backup;
 use crate::storage::layout::DataDir;
 
@@ -64,10 +64,25 @@ type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Sta
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
-    async fn alarm(&self, _: Request<pb::AlarmRequest>) -> Result<Response<pb::AlarmResponse>, Status> {
+    /// As etcd: GET lists the raised alarms of the kind asked (every kind
+    /// for NONE), read linearizably; ACTIVATE and DEACTIVATE go through
+    /// raft and answer the alarm raised, or the alarm cleared if it was.
+    async fn alarm(&self, request: Request<pb::AlarmRequest>) -> Result<Response<pb::AlarmResponse>, Status> {
+        let request = request.into_inner();
+        let alarms: Vec<mvcc::Alarm> = if request.action == pb::alarm_request::AlarmAction::Get as i32 {
+            self.member.linearize().await?;
+            let kind = request.alarm;
+            let raised = self.member.store.alarms().into_iter();
+            raised.filter(|alarm| kind == 0 || alarm.kind == kind).collect()
+        } else {
+            match self.member.propose(raft_request::Request::Alarm(request)).await? {
+                mvcc::WriteResponse::Alarm(response) => response.alarm.into_iter().collect(),
+                other => unreachable!("an alarm answered {other:?}"),
+            }
+        };
         Ok(Response::new(pb::AlarmResponse {
             header: self.member.current_header(),
-            alarms: Vec::new(),
+            alarms: alarms.into_iter().map(alarm_member).collect(),
         }))
     }
 
@@ -82,7 +97,13 @@ impl Maintenance for MaintenanceService {
             raft_index: member.status.committed(),
             raft_term: member.status.term(),
             raft_applied_index: member.status.applied(),
-            errors: Vec::new(),
+            // etcd lists each raised alarm in its text form.
+            errors: member
+                .store
+                .alarms()
+                .into_iter()
+                .map(|alarm| alarm_text(&alarm_member(alarm)))
+                .collect(),
             db_size_in_use: db_size,
             is_learner: false,
         }))
@@ -155,6 +176,22 @@ impl Maintenance for MaintenanceService {
     async fn downgrade(&self, _: Request<pb::DowngradeRequest>) -> Result<Response<pb::DowngradeResponse>, Status> {
         Err(unimplemented("Downgrade"))
     }
+}
+
+fn alarm_member(alarm: mvcc::Alarm) -> pb::AlarmMember {
+    pb::AlarmMember {
+        member_id: alarm.member_id,
+        alarm: alarm.kind,
+    }
+}
+
+/// An alarm as etcd's Status lists it: the protobuf text form of its
+/// `AlarmMember` (`memberID:8211f1d0f64f3269 alarm:NOSPACE `, the id in
+/// decimal).
+fn alarm_text(alarm: &pb::AlarmMember) -> String {
+    let kind = pb::AlarmType::try_from(alarm.alarm)
+        .map_or_else(|_| alarm.alarm.to_string(), |kind| kind.as_str_name().to_string());
+    format!("memberID:{} alarm:{} ", alarm.member_id, kind)
 }
 
 /// Streams a snapshot file of `size` bytes in [`BACKUP_CHUNK_BYTES`]

@@ -57,8 +57,30 @@ pub fn decode(entry: &Entry, member_id: u64) -> (Option<u64>, Decoded) {
                 id: revoke.id,
             })))
         }
+        Some(Request::Alarm(alarm)) => match alarm_request(&alarm) {
+            Some(request) => Decoded::Write(Ok(mvcc::WriteRequest::Alarm(request))),
+            None => Decoded::Nothing,
+        },
         Some(Request::Attributes(attributes)) => Decoded::Attributes(attributes),
         None => Decoded::Nothing,
     };
     (owner, decoded)
+}
+
+/// A raise or a clear as the store takes it; `None` for a GET, which is
+/// never proposed.
+fn alarm_request(alarm: &crate::proto::etcdserverpb::AlarmRequest) -> Option<mvcc::AlarmRequest> {
+    use crate::proto::etcdserverpb::alarm_request::AlarmAction;
+    let activate = match AlarmAction::try_from(alarm.action).ok()? {
+        AlarmAction::Activate => true,
+        AlarmAction::Deactivate => false,
+        AlarmAction::Get => return None,
+    };
+    Some(mvcc::AlarmRequest {
+        activate,
+        alarm: mvcc::Alarm {
+            member_id: alarm.member_id,
+            kind: alarm.alarm,
+        },
+    })
 }

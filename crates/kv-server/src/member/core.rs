@@ -68,6 +68,9 @@ pub struct Member {
     pub(super) lease_ids: LeaseIds,
 }
 
+/// etcd's `AlarmType` numbers.
+pub const ALARM_NOSPACE: i32 = 1;
+
 /// A refused send to the raft loop's queue, as the client sees it.
 pub fn queue_error<T>(error: TrySendError<T>) -> RequestError {
     match error {
@@ -189,12 +192,38 @@ impl Member {
     /// etcd's quota: a write that adds data is refused once the store has
     /// reached `--quota-backend-bytes`. Deletes and compactions still go
     /// through, so space can be won back.
-    pub fn check_quota(&self, added_bytes: usize) -> Result<(), RequestError> {
+    ///
+    ///
+    /// As etcd, a write refused for space first raises the NOSPACE alarm
+    /// for this member through raft, and while any member's NOSPACE alarm
+    /// is raised every member refuses such writes, until `alarm disarm`
+    /// clears it.
+    pub async fn check_quota(&self, added_bytes: usize) -> Result<(), RequestError> {
+        // This member's own size first: over it, the member raises its own
+        // alarm even when another's is raised, as etcd's members do.
         let size = self.disk_bytes.load(Ordering::Acquire);
         if size + added_bytes as u64 > self.config.quota_backend_bytes {
+            self.raise_space_alarm().await;
+            return Err(RequestError::NoSpace);
+        }
+        if self.store.has_alarm(ALARM_NOSPACE) {
             return Err(RequestError::NoSpace);
         }
         Ok(())
+    }
+
+    /// Proposes this member's NOSPACE alarm and waits for it to apply; a
+    /// failed proposal is tried again at the next refusal.
+    async fn raise_space_alarm(&self) {
+        let alarm = pb::AlarmRequest {
+            action: pb::alarm_request::AlarmAction::Activate as i32,
+            member_id: self.member_id(),
+            alarm: ALARM_NOSPACE,
+        };
+        match self.propose(raft_request::Request::Alarm(alarm)).await {
+            Ok(_) => tracing::warn!("the store reached its quota: raised the NOSPACE alarm"),
+            Err(error) => tracing::warn!(%error, "could not raise the NOSPACE alarm"),
+        }
     }
 
     /// etcd's MoveLeader: only the leader takes it; the target must be a

@@ -70,7 +70,7 @@ impl Member {
 
     /// Grants a lease: TTL raised to [`min_ttl`], id chosen if 0.
     pub async fn lease_grant(&self, ttl: i64, id: i64) -> Result<mvcc::LeaseGrantResponse, RequestError> {
-        self.check_quota(LEASE_GRANT_BYTES)?;
+        self.check_quota(LEASE_GRANT_BYTES).await?;
         let grant = pb::LeaseGrantRequest {
             ttl: ttl.max(min_ttl(&self.config)),
             id: if id == 0 { self.lease_ids.next() } else { id },

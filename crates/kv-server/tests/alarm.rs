@@ -1,0 +1,153 @@
+//! Goal: the space quota and its NOSPACE alarm behave as etcd's: a write
+//! past `--quota-backend-bytes` is refused with etcd's code and message and
+//! raises the refusing member's NOSPACE alarm through raft (each member
+//! over the quota raises its own when it refuses); while one is raised
+//! every member refuses puts, reads and deletes still work, `alarm list`
+//! and Status show them; `alarm disarm` clears them; and a store still
+//! over its quota refuses the next put and raises the alarm again (only a
+//! defragment gives the space back).
+//!
+//! Method: one sequence of steps, run against a real etcd v3.5.17 cluster
+//! and a kv-server cluster, each three member processes on loopback with a
+//! 16 MiB quota. Puts of 8 KB values through one member until one is
+//! refused; then real etcdctl 3.5.17 for every step, through that member
+//! and another. Every expectation is asserted against both servers.
+//!
+//! Needs etcd and etcdctl: `ETCD_BIN` and `ETCDCTL_BIN`, or the cache that
+//! `../shared/peers/build.sh` fills (CI runs it).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use kv_server::proto::etcdserverpb as pb;
+use kv_server::proto::etcdserverpb::kv_client::KvClient;
+use kv_server::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+
+const QUOTA: &str = "--quota-backend-bytes=16777216";
+const VALUE_BYTES: usize = 8000;
+/// Puts tried before the quota must have refused one: 80 MB, five times it.
+const PUTS_MAX: usize = 10_000;
+const NO_SPACE: &str = "etcdserver: mvcc: database space exceeded";
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs etcdctl against `endpoint`: whether it succeeded, and its stdout
+/// and stderr.
+fn etcdctl(endpoint: &str, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(common::etcd_tool("ETCDCTL_BIN", "etcdctl"))
+        .args(["--endpoints", endpoint])
+        .args(args)
+        .output()
+        .expect("run etcdctl");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The id of the member at `endpoint`.
+async fn member_id(endpoint: &str) -> u64 {
+    let channel = common::connect(endpoint, CALL_TIMEOUT).await.expect("connect");
+    let status = MaintenanceClient::new(channel)
+        .status(pb::StatusRequest {})
+        .await
+        .expect("status")
+        .into_inner();
+    status.header.expect("header").member_id
+}
+
+/// The members whose NOSPACE alarm `text` lists, one line each in etcd's
+/// form (`memberID:<decimal id> alarm:NOSPACE `); fails on any other line.
+fn nospace_alarms(text: &str) -> Vec<u64> {
+    let mut ids: Vec<u64> = text
+        .lines()
+        .map(|line| {
+            let id = line
+                .strip_prefix("memberID:")
+                .and_then(|rest| rest.strip_suffix(" alarm:NOSPACE "));
+            id.and_then(|id| id.parse().ok())
+                .unwrap_or_else(|| panic!("not an alarm line: {line:?}"))
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+async fn walk_through(binary: &Path, base: u16) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = common::Cluster::start(binary, dir.path(), base, &[QUOTA]);
+    let first = cluster.members[0].endpoint();
+    let second = cluster.members[1].endpoint();
+    let mut members = Vec::new();
+    for member in &cluster.members {
+        members.push(member_id(&member.endpoint()).await);
+    }
+    let of_members = |ids: &[u64]| !ids.is_empty() && ids.iter().all(|id| members.contains(id));
+
+    let mut kv = KvClient::new(common::connect(&first, CALL_TIMEOUT).await.expect("connect"));
+    let mut refused = None;
+    for i in 0..PUTS_MAX {
+        let put = pb::PutRequest {
+            key: format!("fill/{:03}", i % 300).into_bytes(),
+            value: vec![b'v'; VALUE_BYTES],
+            ..Default::default()
+        };
+        if let Err(status) = kv.put(put).await {
+            refused = Some(status);
+            break;
+        }
+    }
+    let refused = refused.expect("the quota refuses a put");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(refused.message(), NO_SPACE);
+
+    // Raised through raft: listed by another member. (Which member's alarm
+    // it is varies in etcd: each member over its quota raises its own when
+    // it applies a put, the first to get there wins.)
+    let (ok, listed, _) = etcdctl(&second, &["alarm", "list"]);
+    assert!(ok && of_members(&nospace_alarms(&listed)), "{listed}");
+    let (ok, _, error) = etcdctl(&second, &["put", "other", "member"]);
+    assert!(!ok && error.contains(NO_SPACE), "every member refuses: {error}");
+    let (ok, value, _) = etcdctl(&first, &["get", "fill/001", "--print-value-only"]);
+    assert!(ok && value.trim().len() == VALUE_BYTES, "reads still work");
+    let (ok, deleted, _) = etcdctl(&first, &["del", "fill/002"]);
+    assert!(ok && deleted.trim() == "1", "deletes still work: {deleted}");
+    let (ok, listed, _) = etcdctl(&first, &["alarm", "list"]);
+    assert!(ok);
+    let raised = nospace_alarms(&listed);
+    assert!(of_members(&raised), "{listed}");
+    let (ok, statuses, _) = etcdctl(&first, &["endpoint", "status", "-w", "json"]);
+    assert!(ok);
+    let statuses: serde_json::Value = serde_json::from_str(&statuses).expect("json");
+    let errors = statuses[0]["Status"]["errors"].as_array().expect("errors listed");
+    let errors: Vec<&str> = errors.iter().map(|e| e.as_str().expect("text")).collect();
+    assert_eq!(
+        nospace_alarms(&errors.join("\n")),
+        raised,
+        "Status lists them: {statuses}"
+    );
+
+    let (ok, disarmed, _) = etcdctl(&first, &["alarm", "disarm"]);
+    assert!(ok);
+    assert_eq!(nospace_alarms(&disarmed), raised, "disarm clears each, and says so");
+    let (ok, listed, _) = etcdctl(&second, &["alarm", "list"]);
+    assert!(ok && listed.trim().is_empty(), "cleared: {listed}");
+
+    let (ok, _, error) = etcdctl(&first, &["put", "again", "refused"]);
+    assert!(!ok && error.contains(NO_SPACE), "still over the quota: {error}");
+    let (ok, listed, _) = etcdctl(&second, &["alarm", "list"]);
+    assert!(ok && of_members(&nospace_alarms(&listed)), "raised again: {listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_etcd_space_alarms() {
+    walk_through(&common::etcd_tool("ETCD_BIN", "etcd"), 20379).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_server_space_alarms_behave_as_etcds() {
+    walk_through(&common::kv_server(), 20479).await;
+}
