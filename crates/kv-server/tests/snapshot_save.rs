@@ -24,8 +24,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use kv_server::proto::convert;
 use kv_server::proto::etcdserverpb as pb;
 use kv_server::proto::etcdserverpb::kv_client::KvClient;
+use kv_server::proto::mvccpb;
 use tonic::transport::Channel;
 
 const PUTS: usize = 1000;
@@ -36,9 +38,6 @@ const DELETES: usize = 100;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Client port of the member restored from the file (peer port one above).
 const RESTORED_PORT: u16 = 18579;
-
-/// A key as compared: key, value, create and mod revisions, version, lease.
-type Stored = (Vec<u8>, Vec<u8>, i64, i64, i64, i64);
 
 async fn fill(channel: &Channel) {
     let mut kv = KvClient::new(channel.clone());
@@ -118,35 +117,8 @@ async fn etcdctl_saves_a_snapshot_that_restores_into_a_new_member() {
             ..Default::default()
         })
         .expect("range the copy");
-    let as_served: Vec<Stored> = served
-        .kvs
-        .into_iter()
-        .map(|kv| {
-            (
-                kv.key,
-                kv.value,
-                kv.create_revision,
-                kv.mod_revision,
-                kv.version,
-                kv.lease,
-            )
-        })
-        .collect();
-    let as_restored: Vec<Stored> = restored
-        .kvs
-        .into_iter()
-        .map(|kv| {
-            (
-                kv.key,
-                kv.value,
-                kv.create_revision,
-                kv.mod_revision,
-                kv.version,
-                kv.lease,
-            )
-        })
-        .collect();
-    assert_eq!(as_restored, as_served, "the copy holds what the cluster serves");
+    let as_restored: Vec<mvccpb::KeyValue> = restored.kvs.into_iter().map(convert::key_value).collect();
+    assert_eq!(as_restored, served.kvs, "the copy holds what the cluster serves");
     let revision = served.header.expect("header").revision;
     assert_eq!(copy.current_revision(), revision);
     drop(cluster);
@@ -192,22 +164,8 @@ async fn etcdctl_saves_a_snapshot_that_restores_into_a_new_member() {
         .await
         .expect("range the restored member")
         .into_inner();
-    let as_after: Vec<Stored> = after
-        .kvs
-        .into_iter()
-        .map(|kv| {
-            (
-                kv.key,
-                kv.value,
-                kv.create_revision,
-                kv.mod_revision,
-                kv.version,
-                kv.lease,
-            )
-        })
-        .collect();
     assert_eq!(
-        as_after, as_restored,
+        after.kvs, as_restored,
         "the restored member serves every key as the cluster did"
     );
     assert_eq!(after.header.expect("header").revision, revision);

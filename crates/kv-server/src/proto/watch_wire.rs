@@ -18,7 +18,6 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
-use prost::Message as _;
 
 use crate::proto::convert;
 use crate::proto::etcdserverpb as pb;
@@ -43,13 +42,20 @@ pub fn wire_event(event: mvcc::Event, previous: Option<mvcc::KeyValue>) -> mvccp
     }
 }
 
+/// Appends `message` to `buf` framed as field `number` of its parent:
+/// the field's key, the message's length, the message.
+fn put_field(number: u32, message: &impl prost::Message, buf: &mut BytesMut) {
+    let len = message.encoded_len();
+    buf.reserve(2 + encoded_len_varint(len as u64) + len);
+    encode_key(number, WireType::LengthDelimited, buf);
+    encode_varint(len as u64, buf);
+    message.encode_raw(buf);
+}
+
 /// One event framed as a `WatchResponse.events` field.
 pub fn event_field(event: &mvccpb::Event) -> Bytes {
-    let len = event.encoded_len();
-    let mut buf = BytesMut::with_capacity(2 + encoded_len_varint(len as u64) + len);
-    encode_key(EVENTS_FIELD, WireType::LengthDelimited, &mut buf);
-    encode_varint(len as u64, &mut buf);
-    event.encode_raw(&mut buf);
+    let mut buf = BytesMut::new();
+    put_field(EVENTS_FIELD, event, &mut buf);
     buf.freeze()
 }
 
@@ -69,10 +75,7 @@ impl EventFields {
         let mut buf = BytesMut::new();
         let mut ends = Vec::new();
         for event in events {
-            let len = event.encoded_len();
-            encode_key(EVENTS_FIELD, WireType::LengthDelimited, &mut buf);
-            encode_varint(len as u64, &mut buf);
-            event.encode_raw(&mut buf);
+            put_field(EVENTS_FIELD, &event, &mut buf);
             ends.push(buf.len());
         }
         EventFields {
@@ -127,11 +130,8 @@ impl EventFields {
 
 /// A response header framed as the `header` field.
 pub fn header_field(header: &pb::ResponseHeader) -> Bytes {
-    let len = header.encoded_len();
-    let mut buf = BytesMut::with_capacity(1 + encoded_len_varint(len as u64) + len);
-    encode_key(HEADER_FIELD, WireType::LengthDelimited, &mut buf);
-    encode_varint(len as u64, &mut buf);
-    header.encode_raw(&mut buf);
+    let mut buf = BytesMut::new();
+    put_field(HEADER_FIELD, header, &mut buf);
     buf.freeze()
 }
 
@@ -206,6 +206,7 @@ pub fn fragments(whole: EventsResponse, limit: usize) -> Vec<EventsResponse> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message as _;
 
     fn event(key: &str, value_bytes: usize, revision: i64) -> mvccpb::Event {
         mvccpb::Event {
