@@ -88,6 +88,10 @@ pub fn run(config: Config) -> Result<(), Error> {
 fn open(config: &Config, membership: &Membership) -> Result<Opened, Error> {
     let dir = DataDir::new(config.data_dir());
     dir.create()?;
+    let removed = dir.remove_leftover_dumps()?;
+    if removed > 0 {
+        tracing::info!(removed, "removed snapshot dumps left by the last run");
+    }
     let store = mvcc::Store::open_with(&dir.store(), config.max_txn_ops)?;
     let owner = LogOwner {
         cluster_id: membership.cluster_id,

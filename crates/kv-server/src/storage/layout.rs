@@ -73,13 +73,33 @@ impl DataDir {
     }
 
     /// The store's dump while it is being sent to `peer`.
+    pub fn outgoing_snapshot(&self, peer: u64) -> PathBuf {
+        self.member().join(format!("snap-out-{peer:x}.tmp"))
+    }
+
     /// A snapshot file being written for a client (`storage::backup`).
     pub fn backup(&self, n: u64) -> PathBuf {
         self.member().join(format!("backup-{n}.tmp"))
     }
 
-    pub fn outgoing_snapshot(&self, peer: u64) -> PathBuf {
-        self.member().join(format!("snap-out-{peer:x}.tmp"))
+    /// Removes the dumps a member killed while sending a snapshot, to a
+    /// peer or a client, left behind: each is a full copy of the store,
+    /// and a new start never reads one (snapshots being received are kept:
+    /// their receiver decides). Returns how many it removed.
+    pub fn remove_leftover_dumps(&self) -> Result<usize, Error> {
+        let member = self.member();
+        let entries = std::fs::read_dir(&member).map_err(Error::io(&member))?;
+        let mut removed = 0;
+        for entry in entries {
+            let path = entry.map_err(Error::io(&member))?.path();
+            let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+            let dump = name.ends_with(".tmp") && (name.starts_with("snap-out-") || name.starts_with("backup-"));
+            if dump {
+                std::fs::remove_file(&path).map_err(Error::io(&path))?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     /// The (index, term) of a pending snapshot file's name, if it is one.
@@ -96,6 +116,28 @@ impl DataDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Goal: a start removes the dumps of snapshots being sent, to peers or
+    // clients, and nothing else of the data directory.
+    #[test]
+    fn leftover_dumps_are_removed_and_nothing_else() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = DataDir::new(root.path().to_path_buf());
+        dir.create().unwrap();
+        let dumps = [dir.outgoing_snapshot(0xab), dir.backup(3)];
+        let kept = [
+            dir.incoming_snapshot(9),
+            dir.pending_snapshot(9, 2),
+            dir.snapshot_marker(),
+            dir.attributes(),
+        ];
+        for path in dumps.iter().chain(&kept) {
+            std::fs::write(path, b"x").unwrap();
+        }
+        assert_eq!(dir.remove_leftover_dumps().unwrap(), 2);
+        assert!(dumps.iter().all(|path| !path.exists()));
+        assert!(kept.iter().all(|path| path.exists()));
+    }
 
     // Goal: a pending snapshot's name gives back its index and term, and
     // the other snapshot files do not parse as pending ones.
