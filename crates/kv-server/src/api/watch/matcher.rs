@@ -24,42 +24,11 @@
 
 use std::collections::HashMap;
 
-use crate::api::watch::watcher::Watcher;
+use crate::api::watch::watcher::Shape;
 
-/// What makes watchers share a group: they match the same events and are
-/// sent the same encodings.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Shape {
-    pub key: Vec<u8>,
-    pub range_end: Vec<u8>,
-    pub no_put: bool,
-    pub no_delete: bool,
-    pub prev_kv: bool,
-}
-
-impl Shape {
-    pub fn of(watcher: &Watcher) -> Shape {
-        Shape {
-            key: watcher.key.clone(),
-            range_end: watcher.range_end.clone(),
-            no_put: watcher.no_put,
-            no_delete: watcher.no_delete,
-            prev_kv: watcher.prev_kv,
-        }
-    }
-
-    /// Whether an event of this kind passes the filters.
-    pub fn wants_kind(&self, kind: mvcc::EventKind) -> bool {
-        match kind {
-            mvcc::EventKind::Put => !self.no_put,
-            mvcc::EventKind::Delete => !self.no_delete,
-        }
-    }
-
-    /// The range's end: `None` for every key from `key` on.
-    fn end(&self) -> Option<&[u8]> {
-        (self.range_end != [0]).then_some(self.range_end.as_slice())
-    }
+/// The range's end of `shape`: `None` for every key from its key on.
+fn end_of(shape: &Shape) -> Option<&[u8]> {
+    (shape.range_end != [0]).then_some(shape.range_end.as_slice())
 }
 
 pub struct Group {
@@ -93,10 +62,10 @@ pub struct Matcher {
 }
 
 impl Matcher {
-    /// Adds watcher `id` to its group, making the group if it is the first.
-    pub fn add(&mut self, id: i64, watcher: &Watcher) {
-        let shape = Shape::of(watcher);
-        if let Some(&group) = self.by_shape.get(&shape) {
+    /// Adds watcher `id`, of `shape`, to its group, making the group if it
+    /// is the first.
+    pub fn add(&mut self, id: i64, shape: &Shape) {
+        if let Some(&group) = self.by_shape.get(shape) {
             self.groups[group]
                 .as_mut()
                 .expect("listed groups exist")
@@ -116,15 +85,14 @@ impl Matcher {
         }
         self.by_shape.insert(shape.clone(), group);
         self.groups[group] = Some(Group {
-            shape,
+            shape: shape.clone(),
             watchers: vec![id],
         });
     }
 
-    /// Removes watcher `id`, and its group if it was the last.
-    pub fn remove(&mut self, id: i64, watcher: &Watcher) {
-        let shape = Shape::of(watcher);
-        let Some(&group) = self.by_shape.get(&shape) else {
+    /// Removes watcher `id`, of `shape`, and its group if it was the last.
+    pub fn remove(&mut self, id: i64, shape: &Shape) {
+        let Some(&group) = self.by_shape.get(shape) else {
             return;
         };
         let members = &mut self.groups[group].as_mut().expect("listed groups exist").watchers;
@@ -134,7 +102,7 @@ impl Matcher {
         }
         self.groups[group] = None;
         self.free.push(group);
-        self.by_shape.remove(&shape);
+        self.by_shape.remove(shape);
         if shape.range_end.is_empty() {
             let same_key = self.keys.get_mut(&shape.key).expect("listed by key");
             same_key.retain(|other| *other != group);
@@ -173,7 +141,7 @@ impl Matcher {
                 let shape = &self.groups[group].as_ref().expect("listed groups exist").shape;
                 Interval {
                     start: shape.key.clone(),
-                    end: shape.end().map(<[u8]>::to_vec),
+                    end: end_of(shape).map(<[u8]>::to_vec),
                     group,
                 }
             })
@@ -269,22 +237,18 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn watcher(key: &[u8], range_end: &[u8], no_put: bool) -> Watcher {
-        Watcher {
-            serial: 0,
+    fn shape(key: &[u8], range_end: &[u8], no_put: bool) -> Shape {
+        Shape {
             key: key.to_vec(),
             range_end: range_end.to_vec(),
-            next: 1,
-            prev_kv: false,
             no_put,
             no_delete: false,
-            fragment: false,
-            progress_notify: false,
+            prev_kv: false,
         }
     }
 
     /// The watchers a brute-force scan finds for `key`.
-    fn scanned(watchers: &HashMap<i64, Watcher>, key: &[u8]) -> Vec<i64> {
+    fn scanned(watchers: &HashMap<i64, Shape>, key: &[u8]) -> Vec<i64> {
         let event = mvcc::Event {
             kind: mvcc::EventKind::Delete,
             kv: mvcc::KeyValue {
@@ -324,7 +288,7 @@ mod tests {
             probes in prop::collection::vec(key_strategy(), 1..12),
         ) {
             let mut matcher = Matcher::default();
-            let mut watchers: HashMap<i64, Watcher> = HashMap::new();
+            let mut watchers: HashMap<i64, Shape> = HashMap::new();
             for (add, id, key, kind, end) in steps {
                 if add && !watchers.contains_key(&id) {
                     let key = if key.is_empty() { vec![0] } else { key };
@@ -334,7 +298,7 @@ mod tests {
                         _ if end > key => end,
                         _ => Vec::new(),
                     };
-                    let w = watcher(&key, &range_end, false);
+                    let w = shape(&key, &range_end, false);
                     matcher.add(id, &w);
                     watchers.insert(id, w);
                 } else if let Some(w) = watchers.remove(&id) {
@@ -354,9 +318,9 @@ mod tests {
     #[test]
     fn same_shapes_share_a_group() {
         let mut matcher = Matcher::default();
-        matcher.add(1, &watcher(b"k", b"", false));
-        matcher.add(2, &watcher(b"k", b"", false));
-        matcher.add(3, &watcher(b"k", b"", true));
+        matcher.add(1, &shape(b"k", b"", false));
+        matcher.add(2, &shape(b"k", b"", false));
+        matcher.add(3, &shape(b"k", b"", true));
         let mut groups = Vec::new();
         matcher.matching(b"k", &mut groups);
         assert_eq!(groups.len(), 2);

@@ -16,7 +16,7 @@ use crate::api::errors::store_status;
 use crate::api::watch::id_hash::IdMap;
 use crate::api::watch::matcher::Matcher;
 use crate::api::watch::outbox::{outbox, Gathered, Gone, Outbox, Responses, WATCH_MERGED_RESPONSE_BYTES_MAX};
-use crate::api::watch::watcher::Watcher;
+use crate::api::watch::watcher::{Shape, Watcher};
 use crate::config::GRPC_OVERHEAD_BYTES;
 use crate::error::RequestError;
 use crate::member::core::Member;
@@ -218,7 +218,7 @@ impl WatchStream {
                 let Some(watcher) = self.watchers.remove(&cancel.watch_id) else {
                     return Ok(());
                 };
-                self.matcher.remove(cancel.watch_id, &watcher);
+                self.matcher.remove(cancel.watch_id, &watcher.shape);
                 // Its waiting events go too.
                 self.out.forget(watcher.serial);
                 let response = pb::WatchResponse {
@@ -279,22 +279,24 @@ impl WatchStream {
         let filters = |wanted: pb::watch_create_request::FilterType| create.filters.contains(&(wanted as i32));
         let watcher = Watcher {
             serial: self.next_serial,
-            key,
-            range_end,
+            shape: Shape {
+                key,
+                range_end,
+                no_put: filters(pb::watch_create_request::FilterType::Noput),
+                no_delete: filters(pb::watch_create_request::FilterType::Nodelete),
+                prev_kv: create.prev_kv,
+            },
             next: if create.start_revision == 0 {
                 current + 1
             } else {
                 create.start_revision
             },
-            prev_kv: create.prev_kv,
-            no_put: filters(pb::watch_create_request::FilterType::Noput),
-            no_delete: filters(pb::watch_create_request::FilterType::Nodelete),
             fragment: create.fragment,
             progress_notify: create.progress_notify,
         };
         self.next_serial += 1;
         let starts_in_past = watcher.next <= current;
-        self.matcher.add(id, &watcher);
+        self.matcher.add(id, &watcher.shape);
         self.watchers.insert(id, watcher);
         let response = pb::WatchResponse {
             header: self.header(current),
@@ -460,15 +462,16 @@ impl WatchStream {
                 return Ok(());
             }
             let end = to.min(watcher.next.saturating_add(WATCH_BATCH_REVISIONS - 1));
-            let changes =
-                self.member
-                    .store
-                    .changes(&watcher.key, &watcher.range_end, watcher.next, end, watcher.prev_kv);
+            let shape = &watcher.shape;
+            let changes = self
+                .member
+                .store
+                .changes(&shape.key, &shape.range_end, watcher.next, end, shape.prev_kv);
             let changes = match changes {
                 Ok(changes) => changes,
                 Err(mvcc::Error::Compacted) => {
                     let watcher = self.watchers.remove(&id).expect("just read");
-                    self.matcher.remove(id, &watcher);
+                    self.matcher.remove(id, &watcher.shape);
                     self.out.forget(watcher.serial);
                     // etcd's compacted response carries no revision.
                     let response = pb::WatchResponse {
@@ -486,7 +489,7 @@ impl WatchStream {
                     return Err(Gone);
                 }
             };
-            let pieces = responses_of(changes.into_iter().filter(|(event, _)| watcher.wants(event)));
+            let pieces = responses_of(changes.into_iter().filter(|(event, _)| watcher.shape.wants(event)));
             if let Some(watcher) = self.watchers.get_mut(&id) {
                 watcher.next = end + 1;
             }
