@@ -23,11 +23,10 @@
 //!
 //! # Invariant
 //! - every watcher serial in `events` has exactly one `Slot::Events` in
-//!   `slots` or is held back by the pacing; a slot whose serial is not in `events` (a cancelled
-//!   watcher's) is skipped;
-//! - `bytes` is the sum of the messages' and waiting events' wire bytes;
-//!   a watcher's waiting bytes are its responses' events plus
-//!   `RESPONSE_OVERHEAD_BYTES` for each.
+//!   `slots` or is held back by the pacing; a slot whose serial is not in
+//!   `events` (a cancelled watcher's) is skipped;
+//! - `bytes` is the sum of the messages' wire bytes and every waiting
+//!   watcher's (`Waiting::bytes`).
 //!
 //! The tests assert it after every step.
 
@@ -101,8 +100,15 @@ struct Waiting {
     fragment: bool,
     full: VecDeque<Chunk>,
     open: Chunk,
-    /// Wire bytes of all of them.
-    bytes: usize,
+}
+
+impl Waiting {
+    /// Wire bytes of all its responses: their events, and
+    /// `RESPONSE_OVERHEAD_BYTES` for each.
+    fn bytes(&self) -> usize {
+        let chunks = self.full.iter().chain([&self.open]);
+        chunks.map(|chunk| chunk.bytes + RESPONSE_OVERHEAD_BYTES).sum()
+    }
 }
 
 /// The events of one response to be.
@@ -231,13 +237,11 @@ impl Outbox {
                         fragment: gathered.fragment,
                         full: VecDeque::new(),
                         open: Chunk::default(),
-                        bytes: RESPONSE_OVERHEAD_BYTES,
                     })
                 }
             };
             if waiting.open.bytes >= WATCH_MERGED_RESPONSE_BYTES_MAX {
                 waiting.full.push_back(std::mem::take(&mut waiting.open));
-                waiting.bytes += RESPONSE_OVERHEAD_BYTES;
                 state.bytes += RESPONSE_OVERHEAD_BYTES;
             }
             let bytes: usize = gathered.events.iter().map(Bytes::len).sum();
@@ -248,7 +252,6 @@ impl Outbox {
             } else {
                 waiting.open.events.extend(gathered.events);
             }
-            waiting.bytes += bytes;
             state.bytes += bytes;
         }
         if added {
@@ -260,7 +263,7 @@ impl Outbox {
     pub fn forget(&self, serial: u64) {
         let mut state = self.shared.state.lock();
         if let Some(waiting) = state.events.remove(&serial) {
-            state.bytes -= waiting.bytes;
+            state.bytes -= waiting.bytes();
         }
     }
 
@@ -295,12 +298,7 @@ impl Outbox {
                 _ => 0,
             })
             .sum();
-        for waiting in state.events.values() {
-            let chunks = waiting.full.iter().chain([&waiting.open]);
-            let bytes: usize = chunks.map(|chunk| chunk.bytes + RESPONSE_OVERHEAD_BYTES).sum();
-            assert_eq!(waiting.bytes, bytes, "a watcher's bytes are its responses'");
-        }
-        let events: usize = state.events.values().map(|waiting| waiting.bytes).sum();
+        let events: usize = state.events.values().map(Waiting::bytes).sum();
         assert_eq!(state.bytes, messages + events);
     }
 }
@@ -379,14 +377,13 @@ impl Responses {
                         let chunk = match waiting.full.pop_front() {
                             Some(chunk) => {
                                 // The rest waits its turn again.
-                                waiting.bytes -= chunk.bytes + RESPONSE_OVERHEAD_BYTES;
                                 state.bytes -= chunk.bytes + RESPONSE_OVERHEAD_BYTES;
                                 state.slots.push_back(Slot::Events(serial));
                                 chunk
                             }
                             None => {
                                 let waiting = state.events.remove(&serial).expect("just found");
-                                state.bytes -= waiting.bytes;
+                                state.bytes -= waiting.bytes();
                                 waiting.open
                             }
                         };
