@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use kv_server::proto::etcdserverpb as pb;
 use kv_server::proto::etcdserverpb::kv_client::KvClient;
-use kv_server::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 
 const QUOTA: &str = "--quota-backend-bytes=16777216";
 const VALUE_BYTES: usize = 8000;
@@ -46,17 +45,6 @@ fn etcdctl(endpoint: &str, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
-}
-
-/// The id of the member at `endpoint`.
-async fn member_id(endpoint: &str) -> u64 {
-    let channel = common::connect(endpoint, CALL_TIMEOUT).await.expect("connect");
-    let status = MaintenanceClient::new(channel)
-        .status(pb::StatusRequest {})
-        .await
-        .expect("status")
-        .into_inner();
-    status.header.expect("header").member_id
 }
 
 /// The members whose NOSPACE alarm `text` lists, one line each in etcd's
@@ -83,7 +71,7 @@ async fn walk_through(binary: &Path, base: u16) {
     let second = cluster.members[1].endpoint();
     let mut members = Vec::new();
     for member in &cluster.members {
-        members.push(member_id(&member.endpoint()).await);
+        members.push(common::member_id(&member.endpoint(), CALL_TIMEOUT).await);
     }
     let of_members = |ids: &[u64]| !ids.is_empty() && ids.iter().all(|id| members.contains(id));
 

@@ -27,23 +27,13 @@ async fn maintenance(endpoint: &str) -> MaintenanceClient<tonic::transport::Chan
     MaintenanceClient::new(common::connect(endpoint, CALL_TIMEOUT).await.expect("connect"))
 }
 
-async fn member_id(endpoint: &str) -> u64 {
-    let status = maintenance(endpoint)
-        .await
-        .status(pb::StatusRequest {})
-        .await
-        .expect("status")
-        .into_inner();
-    status.header.expect("header").member_id
-}
-
 async fn exercise(binary: &Path, base: u16) {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = common::Cluster::start(binary, dir.path(), base, &[]);
     let endpoints: Vec<String> = cluster.members.iter().map(common::Member::endpoint).collect();
     let (leader, leader_id) = common::leader(&endpoints, CALL_TIMEOUT).await;
     let follower = (leader + 1) % 3;
-    let follower_id = member_id(&endpoints[follower]).await;
+    let follower_id = common::member_id(&endpoints[follower], CALL_TIMEOUT).await;
 
     common::expect_error(
         "move-leader through a follower",

@@ -30,19 +30,29 @@ pub async fn connect(
         .await
 }
 
+/// The member at `endpoint`'s Maintenance.Status.
+pub async fn status(endpoint: &str, call_timeout: Duration) -> kv_server::proto::etcdserverpb::StatusResponse {
+    use kv_server::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+    use kv_server::proto::etcdserverpb::StatusRequest;
+    let channel = connect(endpoint, call_timeout).await.expect("connect");
+    MaintenanceClient::new(channel)
+        .status(StatusRequest {})
+        .await
+        .expect("status")
+        .into_inner()
+}
+
+/// The id of the member at `endpoint`, as its Status reports it.
+pub async fn member_id(endpoint: &str, call_timeout: Duration) -> u64 {
+    status(endpoint, call_timeout).await.header.expect("header").member_id
+}
+
 /// The position in `endpoints` of the member that is leader, and its
 /// member id, as the members' Maintenance.Status report them.
 pub async fn leader(endpoints: &[String], call_timeout: Duration) -> (usize, u64) {
-    use kv_server::proto::etcdserverpb::maintenance_client::MaintenanceClient;
-    use kv_server::proto::etcdserverpb::StatusRequest;
     let mut members = Vec::new();
     for endpoint in endpoints {
-        let channel = connect(endpoint, call_timeout).await.expect("connect");
-        let status = MaintenanceClient::new(channel)
-            .status(StatusRequest {})
-            .await
-            .expect("status")
-            .into_inner();
+        let status = status(endpoint, call_timeout).await;
         members.push((status.header.expect("header").member_id, status.leader));
     }
     let leader = members[0].1;
