@@ -143,17 +143,13 @@ impl Maintenance for MaintenanceService {
         let path = DataDir::new(self.member.config.data_dir()).backup(n);
         let store = self.member.store.clone();
         let written = path.clone();
-        let size = tokio::task::spawn_blocking(move || backup::write(&store, &written))
+        let written = tokio::task::spawn_blocking(move || backup::write(&store, &written))
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
-        let opened = size.and_then(|size| {
-            let file = std::fs::File::open(&path).map_err(crate::error::Error::io(&path))?;
-            Ok((size, file))
-        });
         // Unlinked at once: the open file lives until it is sent, and
         // nothing is left behind if the client goes away.
         let _ = std::fs::remove_file(&path);
-        let (size, file) = opened.map_err(|error| {
+        let (size, file) = written.map_err(|error| {
             tracing::error!(%error, "snapshot for a client failed");
             Status::internal(error.to_string())
         })?;

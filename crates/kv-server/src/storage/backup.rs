@@ -35,10 +35,12 @@ pub const BACKUP_ALIGN_BYTES: u64 = 512;
 const HEADER_BYTES: u64 = 24;
 const DIGEST_BYTES: u64 = 32;
 
-/// Writes the store's snapshot file at `path`; returns its size. The
-/// store's read lock is held only while its dump is written (applies wait
-/// meanwhile), so `path` should be on the member's own disk.
-pub fn write(store: &mvcc::Store, path: &Path) -> Result<u64, Error> {
+/// Writes the store's snapshot file at `path`; returns its size and the
+/// file, open at its start for reading it back. The store's read lock is
+/// held only while its dump is written (applies wait meanwhile), so `path`
+/// should be on the member's own disk. The file is not synced: it is a
+/// copy to be sent, not a record to survive a crash.
+pub fn write(store: &mvcc::Store, path: &Path) -> Result<(u64, File), Error> {
     let io = Error::io(path);
     let file = File::options()
         .read(true)
@@ -72,10 +74,10 @@ pub fn write(store: &mvcc::Store, path: &Path) -> Result<u64, Error> {
         let digest = digest_of(&mut file, padded)?;
         file.seek(SeekFrom::Start(padded))?;
         file.write_all(&digest)?;
-        file.sync_all()?;
+        file.seek(SeekFrom::Start(0))?;
         Ok(padded + DIGEST_BYTES)
     })();
-    written.map_err(io)
+    Ok((written.map_err(io)?, file))
 }
 
 /// A snapshot file whose digest and header were checked.
@@ -198,7 +200,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let source = store_with(dir.path(), 500);
         let path = dir.path().join("backup.db");
-        let size = write(&source, &path).expect("write");
+        let (size, _) = write(&source, &path).expect("write");
         assert_eq!(size % BACKUP_ALIGN_BYTES, DIGEST_BYTES);
         assert_eq!(std::fs::metadata(&path).expect("file").len(), size);
 
