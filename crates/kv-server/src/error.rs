@@ -34,6 +34,15 @@ pub enum Error {
     /// A file is not what its name says.
     #[error("{}: {what}", path.display())]
     Corrupt { path: PathBuf, what: String },
+    /// The membership the store keeps does not decode.
+    #[error("the stored membership does not decode: {0}")]
+    BadMembership(String),
+    /// A member joining an existing cluster could not learn its membership.
+    #[error("could not join the cluster: {0}")]
+    Join(String),
+    /// This member was removed from the cluster; its data dir is done.
+    #[error("the member has been permanently removed from the cluster")]
+    Removed,
     /// A replayed WAL entry is not a raft entry.
     #[error("WAL entry {index} does not decode: {reason}")]
     BadWalEntry { index: u64, reason: String },
@@ -80,6 +89,26 @@ pub enum RequestError {
     BadLeaderTransferee,
     #[error("etcdserver: request timed out, leader transfer took too long")]
     LeaderTransferTimedOut,
+    #[error("etcdserver: member ID already exist")]
+    MemberExists,
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlExists,
+    #[error("etcdserver: re-configuration failed due to not enough started members")]
+    NotEnoughStarted,
+    #[error("etcdserver: given member URLs are invalid")]
+    BadMemberUrls,
+    #[error("etcdserver: member not found")]
+    MemberNotFound,
+    #[error("etcdserver: can only promote a learner member")]
+    MemberNotLearner,
+    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
+    #[error("etcdserver: too many learner members in cluster")]
+    TooManyLearners,
+    #[error("etcdserver: unhealthy cluster")]
+    Unhealthy,
+    #[error("etcdserver: rpc not supported for learner")]
+    NotSupportedForLearner,
     /// The store refused the request (its errors carry etcd's messages).
     #[error(transparent)]
     Store(#[from] mvcc::Error),

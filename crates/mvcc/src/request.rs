@@ -214,6 +214,10 @@ pub enum WriteRequest {
     LeaseGrant(LeaseGrantRequest),
     LeaseRevoke(LeaseRevokeRequest),
     Alarm(AlarmRequest),
+    /// The cluster's membership after a change, encoded by the server: the
+    /// store keeps it, opaque, so that it travels in every snapshot and
+    /// stays in step with the applied index. It does not move the revision.
+    Membership(Vec<u8>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,6 +229,7 @@ pub enum WriteResponse {
     LeaseGrant(LeaseGrantResponse),
     Alarm(AlarmResponse),
     LeaseRevoke(LeaseRevokeResponse),
+    Membership,
 }
 
 /// One applied request: its answer, and the changes it made in order.

@@ -46,6 +46,9 @@ const LEASE_SPACE: u8 = b'l';
 const META_CONSISTENT_INDEX: &[u8] = b"mconsistent_index";
 /// The raised alarms: 12 bytes each, member id (u64) and kind (i32), big-endian.
 const META_ALARMS: &[u8] = b"malarms";
+/// The cluster's membership, opaque to the store (see
+/// [`WriteRequest::Membership`]).
+const META_MEMBERSHIP: &[u8] = b"mmembership";
 const META_CURRENT_REVISION: &[u8] = b"mcurrent_revision";
 const META_COMPACT_REVISION: &[u8] = b"mcompact_revision";
 /// Present while a snapshot is being restored (see `restore_from`).
@@ -136,6 +139,8 @@ struct State {
     batch: Batch,
     /// The raised alarms, as stored under `META_ALARMS`.
     alarms: BTreeSet<Alarm>,
+    /// The membership record, as stored under `META_MEMBERSHIP`.
+    membership: Option<Vec<u8>>,
 }
 
 /// A multi-version store on sled with etcd's revision semantics.
@@ -149,6 +154,14 @@ pub struct Store {
     /// A bit for each kind of alarm raised (`1 << kind`), kept with
     /// `State::alarms`, so that every write's check reads no lock.
     alarm_kinds: AtomicU32,
+}
+
+/// Whom a restore is for.
+enum RestoreFor {
+    /// A member catching up: the leader's snapshot at this raft index.
+    Member(u64),
+    /// A new cluster's member, from a backup.
+    NewCluster { raft_index: u64, membership: Vec<u8> },
 }
 
 /// Reads the raised alarms from storage.
@@ -277,6 +290,7 @@ impl Store {
         let consistent_index = read_i64(&db, META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
         let alarms = read_alarms(&db)?;
         let alarm_kinds = AtomicU32::new(kinds_of(&alarms));
+        let membership = db.get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec());
         Ok(Store {
             db,
             state: RwLock::new(State {
@@ -288,6 +302,7 @@ impl Store {
                 compaction_hashes: VecDeque::new(),
                 batch: Batch::default(),
                 alarms,
+                membership,
             }),
             alarm_kinds,
             max_txn_ops,
@@ -465,6 +480,14 @@ impl Store {
                     events: Vec::new(),
                 }
             }
+            WriteRequest::Membership(record) => {
+                batch.sled.insert(META_MEMBERSHIP, record.clone());
+                state.membership = Some(record.clone());
+                return Applied {
+                    response: Ok(WriteResponse::Membership),
+                    events: Vec::new(),
+                };
+            }
             WriteRequest::Alarm(request) => {
                 let response = change_alarm(state, batch, request);
                 self.alarm_kinds.store(kinds_of(&state.alarms), Ordering::Release);
@@ -490,7 +513,10 @@ impl Store {
                 txn::plan(&txn, request).map(|path| WriteResponse::Txn(txn::execute(&mut txn, request, &path)))
             }
             WriteRequest::LeaseRevoke(revoke) => txn.revoke_lease(revoke).map(WriteResponse::LeaseRevoke),
-            WriteRequest::Compaction(_) | WriteRequest::LeaseGrant(_) | WriteRequest::Alarm(_) => {
+            WriteRequest::Compaction(_)
+            | WriteRequest::LeaseGrant(_)
+            | WriteRequest::Alarm(_)
+            | WriteRequest::Membership(_) => {
                 unreachable!("handled above")
             }
         };
@@ -665,20 +691,27 @@ impl Store {
     /// set ([`Store::is_restoring`]) holds part of a snapshot, and must be
     /// restored again before use.
     pub fn restore_from(&self, raft_index: u64, input: impl std::io::Read) -> Result<()> {
-        self.restore_items(Some(raft_index), input)
+        self.restore_items(RestoreFor::Member(raft_index), input)
     }
 
     /// Replaces everything with a snapshot read from `input`, for a new
     /// cluster (a backup restored into new members): the data and its
-    /// revisions are the snapshot's, but the consistent index is 0, since
-    /// the new cluster's raft log starts again from its first entry.
-    pub fn restore_for_new_cluster(&self, input: impl std::io::Read) -> Result<()> {
-        self.restore_items(None, input)
+    /// revisions are the snapshot's, but the consistent index is
+    /// `raft_index`, where the new cluster's raft log starts, the
+    /// membership is the new cluster's, and no alarm is kept (alarms name
+    /// the old cluster's members).
+    pub fn restore_for_new_cluster(
+        &self,
+        input: impl std::io::Read,
+        raft_index: u64,
+        membership: Vec<u8>,
+    ) -> Result<()> {
+        self.restore_items(RestoreFor::NewCluster { raft_index, membership }, input)
     }
 
-    /// [`Store::restore_from`] for `Some(raft_index)`, and
-    /// [`Store::restore_for_new_cluster`] for `None`.
-    fn restore_items(&self, raft_index: Option<u64>, mut input: impl std::io::Read) -> Result<()> {
+    /// Restores for [`Store::restore_from`] or
+    /// [`Store::restore_for_new_cluster`].
+    fn restore_items(&self, target: RestoreFor, mut input: impl std::io::Read) -> Result<()> {
         self.check_usable()?;
         let mut state = self.state.write();
         // What the open batch holds is replaced with the rest.
@@ -706,11 +739,14 @@ impl Store {
                 batch_bytes = 0;
             }
         }
-        let consistent_index = raft_index.map_or(0, |index| index.max(snapshot_index));
-        if raft_index.is_none() {
-            // Alarms name the old cluster's members.
-            batch.remove(META_ALARMS);
-        }
+        let consistent_index = match target {
+            RestoreFor::Member(index) => index.max(snapshot_index),
+            RestoreFor::NewCluster { raft_index, membership } => {
+                batch.remove(META_ALARMS);
+                batch.insert(META_MEMBERSHIP, membership);
+                raft_index
+            }
+        };
         batch.insert(META_CONSISTENT_INDEX, &(consistent_index as i64).to_be_bytes());
         batch.remove(META_RESTORING);
         self.apply_restore_batch(batch)?;
@@ -732,6 +768,7 @@ impl Store {
             compaction_hashes: VecDeque::new(),
             batch: Batch::default(),
             alarms,
+            membership: self.db.get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec()),
         };
         Ok(())
     }
@@ -748,6 +785,14 @@ impl Store {
     /// when the process stopped. See [`Store::restore_from`].
     pub fn is_restoring(&self) -> Result<bool> {
         Ok(self.db.contains_key(META_RESTORING)?)
+    }
+
+    /// The membership record last applied (see
+    /// [`WriteRequest::Membership`]) and the consistent index it stands
+    /// at, read together.
+    pub fn membership(&self) -> (u64, Option<Vec<u8>>) {
+        let state = self.state.read();
+        (state.consistent_index, state.membership.clone())
     }
 
     /// The raised alarms, by member then kind.
@@ -1162,8 +1207,10 @@ mod tests {
         assert!(!copy.has_alarm(2) && copy.has_alarm(1));
 
         let fresh = Store::open(&dir.path().join("c")).unwrap();
-        fresh.restore_for_new_cluster(&data[..]).unwrap();
+        fresh
+            .restore_for_new_cluster(&data[..], 3, b"members".to_vec())
+            .unwrap();
         assert!(fresh.alarms().is_empty() && !fresh.has_alarm(1));
-        assert_eq!(fresh.consistent_index(), 0);
+        assert_eq!(fresh.membership(), (3, Some(b"members".to_vec())));
     }
 }

@@ -20,7 +20,10 @@ pub fn check_write(request: &WriteRequest, max_txn_ops: usize) -> Result<()> {
         WriteRequest::Put(put) => check_put(put),
         WriteRequest::DeleteRange(delete) => check_delete_range(delete),
         WriteRequest::Txn(txn) => check_txn(txn, max_txn_ops),
-        WriteRequest::Compaction(_) | WriteRequest::LeaseRevoke(_) | WriteRequest::Alarm(_) => Ok(()),
+        WriteRequest::Compaction(_)
+        | WriteRequest::LeaseRevoke(_)
+        | WriteRequest::Alarm(_)
+        | WriteRequest::Membership(_) => Ok(()),
         WriteRequest::LeaseGrant(grant) => check_lease_grant(grant),
     }
 }

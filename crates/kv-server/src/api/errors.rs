@@ -28,7 +28,17 @@ impl From<RequestError> for Status {
             | RequestError::LeaderChanged
             | RequestError::TimedOut
             | RequestError::Stopped
-            | RequestError::LeaderTransferTimedOut => Code::Unavailable,
+            | RequestError::LeaderTransferTimedOut
+            | RequestError::Unhealthy
+            | RequestError::NotSupportedForLearner => Code::Unavailable,
+            RequestError::MemberExists
+            | RequestError::PeerUrlExists
+            | RequestError::NotEnoughStarted
+            | RequestError::MemberNotLearner
+            | RequestError::LearnerNotReady
+            | RequestError::TooManyLearners => Code::FailedPrecondition,
+            RequestError::BadMemberUrls => Code::InvalidArgument,
+            RequestError::MemberNotFound => Code::NotFound,
             RequestError::TooManyRequests | RequestError::NoSpace => Code::ResourceExhausted,
             RequestError::RequestTooLarge => Code::InvalidArgument,
             RequestError::NotLeader | RequestError::BadLeaderTransferee => Code::FailedPrecondition,
@@ -87,6 +97,56 @@ mod tests {
                 RequestError::LeaderTransferTimedOut,
                 Code::Unavailable,
                 "etcdserver: request timed out, leader transfer took too long",
+            ),
+            (
+                RequestError::MemberExists,
+                Code::FailedPrecondition,
+                "etcdserver: member ID already exist",
+            ),
+            (
+                RequestError::PeerUrlExists,
+                Code::FailedPrecondition,
+                "etcdserver: Peer URLs already exists",
+            ),
+            (
+                RequestError::NotEnoughStarted,
+                Code::FailedPrecondition,
+                "etcdserver: re-configuration failed due to not enough started members",
+            ),
+            (
+                RequestError::BadMemberUrls,
+                Code::InvalidArgument,
+                "etcdserver: given member URLs are invalid",
+            ),
+            (
+                RequestError::MemberNotFound,
+                Code::NotFound,
+                "etcdserver: member not found",
+            ),
+            (
+                RequestError::MemberNotLearner,
+                Code::FailedPrecondition,
+                "etcdserver: can only promote a learner member",
+            ),
+            (
+                RequestError::LearnerNotReady,
+                Code::FailedPrecondition,
+                "etcdserver: can only promote a learner member which is in sync with leader",
+            ),
+            (
+                RequestError::TooManyLearners,
+                Code::FailedPrecondition,
+                "etcdserver: too many learner members in cluster",
+            ),
+            (
+                RequestError::Unhealthy,
+                Code::Unavailable,
+                "etcdserver: unhealthy cluster",
+            ),
+            (
+                RequestError::NotSupportedForLearner,
+                Code::Unavailable,
+                "etcdserver: rpc not supported for learner",
             ),
             (
                 RequestError::Store(mvcc::Error::Compacted),

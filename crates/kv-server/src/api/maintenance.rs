@@ -105,7 +105,7 @@ impl Maintenance for MaintenanceService {
                 .map(|alarm| alarm_text(&alarm_member(alarm)))
                 .collect(),
             db_size_in_use: db_size,
-            is_learner: false,
+            is_learner: member.membership.get().local().is_some_and(|local| local.is_learner),
         }))
     }
 

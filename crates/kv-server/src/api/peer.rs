@@ -1,7 +1,8 @@
 //! The peer service: what other members send this one. Raft messages
 //! arrive in batches on one stream per peer and go to the raft loop;
 //! snapshots arrive as files (`peer::snapshot_receive`); followers forward
-//! lease keep-alives and time-to-live here when this member leads.
+//! lease keep-alives, time-to-live and member promotions here when this
+//! member leads; a joining member asks for the membership.
 
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
@@ -12,10 +13,10 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::member::core::Member;
 use crate::peer::snapshot_receive;
-use crate::peer::transport::PEER_MESSAGE_BYTES_MAX;
+use crate::peer::transport::{PEER_MESSAGE_BYTES_MAX, REMOVED_MESSAGE};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::peer_server::{Peer, PeerServer};
-use crate::proto::kvserverpb::{PeerAck, RaftBatch, SnapshotChunk};
+use crate::proto::kvserverpb::{MembersRequest, MembershipRecord, PeerAck, RaftBatch, SnapshotChunk};
 use crate::raft::input::NodeInput;
 use crate::storage::layout::DataDir;
 
@@ -37,6 +38,10 @@ impl Peer for PeerService {
     async fn stream(&self, request: Request<Streaming<RaftBatch>>) -> Result<Response<PeerAck>, Status> {
         let mut stream = request.into_inner();
         while let Some(batch) = stream.message().await? {
+            // A removed member is told so, and stops (`peer::transport`).
+            if self.member.membership.get().removed.contains(&batch.from) {
+                return Err(Status::failed_precondition(REMOVED_MESSAGE));
+            }
             for bytes in batch.messages {
                 let message = Message::parse_from_bytes(&bytes)
                     .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
@@ -66,5 +71,20 @@ impl Peer for PeerService {
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
         let request = request.into_inner();
         Ok(Response::new(self.member.time_to_live_as_leader(request).await?))
+    }
+
+    async fn members(&self, _: Request<MembersRequest>) -> Result<Response<MembershipRecord>, Status> {
+        Ok(Response::new(self.member.membership.get().record()))
+    }
+
+    async fn member_promote(
+        &self,
+        request: Request<pb::MemberPromoteRequest>,
+    ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
+        let members = self.member.promote_member_as_leader(request.into_inner().id).await?;
+        Ok(Response::new(pb::MemberPromoteResponse {
+            header: self.member.header(0),
+            members,
+        }))
     }
 }

@@ -1,37 +1,48 @@
 //! Committed entries, decoded into what the store applies.
 //!
-//! An entry's data is a `RaftRequest` (`proto/kvserverpb`): the proposing
-//! member, its sequence number (whoever waits for the answer), and the
-//! request in etcd's wire form, converted here to the store's types. A
+//! A normal entry's data is a `RaftRequest` (`proto/kvserverpb`): the
+//! proposing member, its sequence number (whoever waits for the answer),
+//! and the request in etcd's wire form, converted here to the store's
+//! types. A configuration change entry is raft's `ConfChange`, whose
+//! context names the member and the waiter. A
 //! txn whose ops hold nothing is refused as etcd refuses it, before the
 //! store sees it.
 
 use prost::Message as _;
-use raft::prelude::{Entry, EntryType};
+use protobuf::Message as _;
+use raft::prelude::{ConfChange, ConfChangeType, Entry, EntryType};
 
+use crate::membership::{Change, Member, Membership};
 use crate::proto::convert;
-use crate::proto::kvserverpb::{raft_request::Request, MemberAttributes, RaftRequest};
+use crate::proto::kvserverpb::{raft_request::Request, ConfChangeContext, MemberAttributes, RaftRequest};
 
 /// What one entry asks for.
 pub enum Decoded {
     /// A write for the store, or its refusal.
     Write(Result<mvcc::WriteRequest, mvcc::Error>),
-    /// A member published its client URLs.
+    /// A member published its client URLs and name.
     Attributes(MemberAttributes),
-    /// Nothing to apply: an empty entry (a new leader's first), a
-    /// membership change (not built yet), or an empty request.
+    /// A change to the membership.
+    Membership(Change),
+    /// Nothing to apply: an empty entry (a new leader's first), or an
+    /// empty request.
     Nothing,
 }
 
-/// Decodes `entry`; returns who waits on this member for its answer
-/// (its sequence, when this member proposed it) and what it asks.
-pub fn decode(entry: &Entry, member_id: u64) -> (Option<u64>, Decoded) {
+/// Decodes `entry` against the membership as it stands before it;
+/// returns who waits on this member for its answer (its sequence, when
+/// this member proposed it) and what it asks.
+pub fn decode(entry: &Entry, member_id: u64, membership: &Membership) -> (Option<u64>, Decoded) {
     if entry.data.is_empty() {
         return (None, Decoded::Nothing);
     }
-    if entry.get_entry_type() != EntryType::EntryNormal {
-        tracing::warn!(index = entry.index, "ignoring a membership change entry");
-        return (None, Decoded::Nothing);
+    match entry.get_entry_type() {
+        EntryType::EntryNormal => {}
+        EntryType::EntryConfChange => return conf_change(entry, member_id, membership),
+        EntryType::EntryConfChangeV2 => {
+            tracing::warn!(index = entry.index, "ignoring a joint membership change entry");
+            return (None, Decoded::Nothing);
+        }
     }
     let request = RaftRequest::decode(&entry.data[..]).expect("committed entries decode");
     let owner = (request.member == member_id).then_some(request.sequence);
@@ -62,9 +73,35 @@ pub fn decode(entry: &Entry, member_id: u64) -> (Option<u64>, Decoded) {
             None => Decoded::Nothing,
         },
         Some(Request::Attributes(attributes)) => Decoded::Attributes(attributes),
+        Some(Request::MemberUpdate(update)) => Decoded::Membership(Change::PeerUrls {
+            id: update.id,
+            peer_urls: update.peer_urls,
+        }),
         None => Decoded::Nothing,
     };
     (owner, decoded)
+}
+
+/// A configuration change entry: raft's change, with a
+/// `ConfChangeContext` in its context. Adding a voter that is a learner
+/// is etcd's promotion.
+fn conf_change(entry: &Entry, member_id: u64, membership: &Membership) -> (Option<u64>, Decoded) {
+    let change = ConfChange::parse_from_bytes(&entry.data).expect("committed conf changes decode");
+    let context = ConfChangeContext::decode(&change.context[..]).unwrap_or_default();
+    let owner = (context.proposer == member_id).then_some(context.sequence);
+    let id = change.node_id;
+    let member = |is_learner| Member {
+        id,
+        is_learner,
+        ..Member::from_record(context.member.clone().unwrap_or_default())
+    };
+    let decoded = match change.get_change_type() {
+        ConfChangeType::AddNode if membership.get(id).is_some_and(|m| m.is_learner) => Change::Promote(id),
+        ConfChangeType::AddNode => Change::AddVoter(member(false)),
+        ConfChangeType::AddLearnerNode => Change::AddLearner(member(true)),
+        ConfChangeType::RemoveNode => Change::Remove(id),
+    };
+    (owner, Decoded::Membership(decoded))
 }
 
 /// A raise or a clear as the store takes it; `None` for a GET, which is

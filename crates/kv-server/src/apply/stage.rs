@@ -15,13 +15,16 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 
 use raft::prelude::Entry;
+use tokio::sync::Notify;
 
 use crate::apply::decode::{decode, Decoded};
 use crate::apply::input::ApplyInput;
-use crate::error::fatal;
+use crate::error::{fatal, RequestError};
 use crate::member::lessor::Lessor;
 use crate::member::waiters::Waiters;
 use crate::member::watch_hub::{Published, WatchHub};
+use crate::membership::{Change, Membership, SharedMembership};
+use crate::peer::transport::PeerSet;
 use crate::raft::input::ReadWaiter;
 use crate::raft::status::RaftStatus;
 use crate::storage::attributes::MemberAttributes;
@@ -41,15 +44,26 @@ pub struct Stage {
     pub watch_hub: Arc<WatchHub>,
     pub attributes: Arc<MemberAttributes>,
     pub marker: Arc<SnapshotMarker>,
+    pub membership: Arc<SharedMembership>,
+    pub peers: Arc<PeerSet>,
+    /// Notified when this member is removed.
+    pub stop: Arc<Notify>,
 }
 
-/// A batch of entries, decoded: the writes for the store, and in entry
-/// order who waits for each entry's answer and whether it was refused
-/// before reaching the store.
+/// Why an entry was refused before it reached the store.
+enum Refused {
+    Store(mvcc::Error),
+    Membership(RequestError),
+}
+
+/// A batch of entries, decoded: the writes for the store, in entry order
+/// who waits for each entry's answer and whether it was refused before
+/// reaching the store, and the membership after the batch if it changed.
 #[derive(Default)]
 struct Batch {
     requests: Vec<mvcc::WriteRequest>,
-    outcomes: Vec<(Option<u64>, Option<mvcc::Error>)>,
+    outcomes: Vec<(Option<u64>, Option<Refused>)>,
+    membership: Option<Membership>,
 }
 
 impl Stage {
@@ -112,6 +126,9 @@ impl Stage {
         fail::fail_point!("kv::crash_before_apply", |_| std::process::abort());
         let applied = self.apply_to_store(last_index, &batch.requests);
         fail::fail_point!("kv::crash_after_apply", |_| std::process::abort());
+        if let Some(membership) = batch.membership {
+            self.publish_membership(membership);
+        }
         if batch
             .requests
             .iter()
@@ -125,22 +142,57 @@ impl Stage {
     }
 
     /// Decodes the entries after `already`; publishes member attributes as
-    /// they come.
+    /// they come. Membership changes apply to a copy, in order, each
+    /// becoming a write of the whole membership after it.
     fn decode_batch(&self, entries: &[Entry], already: u64) -> Batch {
         let mut batch = Batch::default();
+        let before = self.membership.get();
         for entry in entries.iter().filter(|entry| entry.index > already) {
-            let (owner, decoded) = decode(entry, self.member_id);
-            match decoded {
+            let current = batch.membership.as_ref().unwrap_or(&before);
+            let (owner, decoded) = decode(entry, self.member_id, current);
+            let change = match decoded {
                 Decoded::Write(Ok(request)) => {
                     batch.requests.push(request);
                     batch.outcomes.push((owner, None));
+                    continue;
                 }
-                Decoded::Write(Err(error)) => batch.outcomes.push((owner, Some(error))),
-                Decoded::Attributes(attributes) => self.attributes.publish(attributes.id, attributes.client_urls),
-                Decoded::Nothing => {}
+                Decoded::Write(Err(error)) => {
+                    batch.outcomes.push((owner, Some(Refused::Store(error))));
+                    continue;
+                }
+                Decoded::Nothing => continue,
+                Decoded::Attributes(attributes) => {
+                    self.attributes.publish(attributes.id, attributes.client_urls);
+                    Change::Name {
+                        id: attributes.id,
+                        name: attributes.name,
+                    }
+                }
+                Decoded::Membership(change) => change,
+            };
+            let mut next = batch.membership.take().unwrap_or_else(|| (*before).clone());
+            match next.apply(&change) {
+                Ok(()) => {
+                    batch.requests.push(mvcc::WriteRequest::Membership(next.encode()));
+                    batch.outcomes.push((owner, None));
+                }
+                Err(error) => batch.outcomes.push((owner, Some(Refused::Membership(error)))),
             }
+            batch.membership = Some(next);
         }
         batch
+    }
+
+    /// The membership changed: every member's view and the peers raft
+    /// sends to follow it; a member removed stops.
+    fn publish_membership(&self, membership: Membership) {
+        self.peers.update(&membership);
+        let removed = membership.local().is_none();
+        self.membership.set(membership);
+        if removed {
+            tracing::warn!("this member was removed from the cluster; stopping");
+            self.stop.notify_one();
+        }
     }
 
     /// Applies the batch's writes up to raft index `last_index`, keeps the
@@ -172,18 +224,19 @@ impl Stage {
     }
 
     /// Answers every waiter of the batch, in entry order.
-    fn answer(&self, outcomes: Vec<(Option<u64>, Option<mvcc::Error>)>, applied: Vec<mvcc::Applied>) {
+    fn answer(&self, outcomes: Vec<(Option<u64>, Option<Refused>)>, applied: Vec<mvcc::Applied>) {
         let mut applied = applied.into_iter();
         for (owner, refused) in outcomes {
             let result = match refused {
-                None => applied.next().expect("one result per request"),
-                Some(error) => mvcc::Applied {
+                None => Ok(applied.next().expect("one result per request")),
+                Some(Refused::Store(error)) => Ok(mvcc::Applied {
                     response: Err(error),
                     events: Vec::new(),
-                },
+                }),
+                Some(Refused::Membership(error)) => Err(error),
             };
             if let Some(sequence) = owner {
-                self.waiters.answer(sequence, Ok(result));
+                self.waiters.answer(sequence, result);
             }
         }
         debug_assert!(applied.next().is_none(), "every result has its entry");
@@ -205,6 +258,16 @@ impl Stage {
             fatal("could not record a snapshot", &error);
         }
         pending::remove_through(&self.dir, index);
+        match self
+            .store
+            .membership()
+            .1
+            .map(|bytes| Membership::decode(&bytes, self.member_id))
+        {
+            Some(Ok(membership)) => self.publish_membership(membership),
+            Some(Err(error)) => fatal("a snapshot's membership does not decode", &error),
+            None => tracing::warn!("a snapshot without a membership"),
+        }
         self.watch_hub.publish(Published::Restored);
         let applied = self.store.consistent_index();
         self.status.set_applied(applied);

@@ -10,16 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message as _;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use crate::config::Config;
 use crate::error::RequestError;
 use crate::member::lease_ids::LeaseIds;
 use crate::member::lessor::Lessor;
-use crate::member::waiters::Waiters;
+use crate::member::waiters::{ProposalResult, Waiters};
 use crate::member::watch_hub::WatchHub;
-use crate::membership::Membership;
+use crate::membership::SharedMembership;
 use crate::peer::channels::PeerChannels;
+use crate::peer::transport::PeerSet;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::{raft_request, RaftRequest};
 use crate::raft::input::NodeInput;
@@ -41,7 +42,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(7);
 /// (waiters, lessor, watch hub, attributes).
 pub struct MemberParts {
     pub config: Config,
-    pub membership: Membership,
+    pub membership: Arc<SharedMembership>,
     pub store: Arc<mvcc::Store>,
     pub status: Arc<RaftStatus>,
     pub waiters: Arc<Waiters>,
@@ -49,11 +50,21 @@ pub struct MemberParts {
     pub watch_hub: Arc<WatchHub>,
     pub attributes: Arc<MemberAttributes>,
     pub node: SyncSender<NodeInput>,
+    pub peers: Arc<PeerSet>,
 }
 
 pub struct Member {
     pub config: Config,
-    pub membership: Membership,
+    /// This member's and its cluster's ids, fixed for its lifetime.
+    pub local_id: u64,
+    pub cluster_id: u64,
+    /// The membership now; the apply stage changes it.
+    pub membership: Arc<SharedMembership>,
+    /// The peers the raft loop sends to, and how long each has been up.
+    pub peers: Arc<PeerSet>,
+    /// Notified once this member has been removed from the cluster: the
+    /// server then stops.
+    pub stop: Arc<Notify>,
     pub store: Arc<mvcc::Store>,
     pub status: Arc<RaftStatus>,
     pub waiters: Arc<Waiters>,
@@ -64,7 +75,7 @@ pub struct Member {
     /// quota check reads this instead of asking sled per write).
     pub disk_bytes: AtomicU64,
     pub(super) node: SyncSender<NodeInput>,
-    pub(super) peers: PeerChannels,
+    pub(super) leader_channels: PeerChannels,
     pub(super) lease_ids: LeaseIds,
 }
 
@@ -81,11 +92,18 @@ pub fn queue_error<T>(error: TrySendError<T>) -> RequestError {
 
 impl Member {
     pub fn new(parts: MemberParts) -> Member {
-        let peers = PeerChannels::new(&parts.membership, REQUEST_TIMEOUT);
-        let lease_ids = LeaseIds::new(parts.membership.local_id);
+        let leader_channels = PeerChannels::new(parts.membership.clone(), REQUEST_TIMEOUT);
+        let (local_id, cluster_id) = {
+            let membership = parts.membership.get();
+            (membership.local_id, membership.cluster_id)
+        };
         Member {
             config: parts.config,
+            local_id,
+            cluster_id,
             membership: parts.membership,
+            peers: parts.peers,
+            stop: Arc::new(Notify::new()),
             store: parts.store,
             status: parts.status,
             waiters: parts.waiters,
@@ -94,13 +112,13 @@ impl Member {
             attributes: parts.attributes,
             disk_bytes: AtomicU64::new(0),
             node: parts.node,
-            peers,
-            lease_ids,
+            leader_channels,
+            lease_ids: LeaseIds::new(local_id),
         }
     }
 
     pub fn member_id(&self) -> u64 {
-        self.membership.local_id
+        self.local_id
     }
 
     /// The leader's id, 0 while none is known.
@@ -112,8 +130,8 @@ impl Member {
     /// the current term: the one way headers are made.
     pub fn header(&self, revision: i64) -> Option<pb::ResponseHeader> {
         Some(pb::ResponseHeader {
-            cluster_id: self.membership.cluster_id,
-            member_id: self.membership.local_id,
+            cluster_id: self.cluster_id,
+            member_id: self.local_id,
             revision,
             raft_term: self.status.term(),
         })
@@ -144,6 +162,16 @@ impl Member {
             self.waiters.forget(sequence);
             return Err(queue_error(error));
         }
+        self.wait_for_answer(sequence, answer).await
+    }
+
+    /// Waits for the answer to proposal `sequence`, at most
+    /// [`REQUEST_TIMEOUT`].
+    pub(super) async fn wait_for_answer(
+        &self,
+        sequence: u64,
+        answer: oneshot::Receiver<ProposalResult>,
+    ) -> Result<mvcc::WriteResponse, RequestError> {
         match tokio::time::timeout(REQUEST_TIMEOUT, answer).await {
             Ok(Ok(Ok(applied))) => Ok(applied.response?),
             Ok(Ok(Err(error))) => Err(error),
@@ -234,7 +262,7 @@ impl Member {
         if self.leader() != self.member_id() {
             return Err(RequestError::NotLeader);
         }
-        if !self.membership.voter_ids().contains(&target) {
+        if !self.membership.get().voter_ids().contains(&target) {
             return Err(RequestError::BadLeaderTransferee);
         }
         self.node

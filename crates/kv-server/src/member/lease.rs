@@ -64,7 +64,7 @@ impl Member {
         }
         match self.leader() {
             0 => Err(RequestError::NoLeader),
-            leader => Ok(Route::Leader(self.peers.client(leader)?)),
+            leader => Ok(Route::Leader(self.leader_channels.client(leader)?)),
         }
     }
 

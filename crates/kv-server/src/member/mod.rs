@@ -7,6 +7,7 @@
 //!   leader, who alone tracks deadlines.
 //! - [`lessor`]: the leader's lease deadlines.
 //! - [`lease_ids`]: lease ids shaped as etcd's.
+//! - [`reconfigure`]: membership changes, checked as etcd checks them.
 //! - [`waiters`]: clients waiting for their proposals to apply.
 //! - [`watch_hub`]: what the apply stage publishes to watch streams.
 
@@ -14,5 +15,6 @@ pub mod core;
 pub mod lease;
 pub mod lease_ids;
 pub mod lessor;
+pub mod reconfigure;
 pub mod waiters;
 pub mod watch_hub;

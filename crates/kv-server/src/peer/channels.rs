@@ -6,13 +6,14 @@
 //! one set of socket settings.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::RequestError;
-use crate::membership::Membership;
+use crate::membership::SharedMembership;
 use crate::proto::kvserverpb::peer_client::PeerClient;
 
 /// How long connecting to a peer may take before the attempt fails: a
@@ -32,17 +33,18 @@ pub fn endpoint(url: &str) -> Result<Endpoint, tonic::transport::Error> {
 /// Channels to peers' peer URLs, made on first use; each reconnects by
 /// itself when its connection breaks.
 pub struct PeerChannels {
-    urls: HashMap<u64, String>,
+    membership: Arc<SharedMembership>,
     call_timeout: Duration,
-    channels: Mutex<HashMap<u64, Channel>>,
+    /// By peer URL, so a member whose URLs changed gets a new channel.
+    channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl PeerChannels {
-    /// Channels to every other member, each call on them bounded by
-    /// `call_timeout`.
-    pub fn new(membership: &Membership, call_timeout: Duration) -> PeerChannels {
+    /// Channels to the members of `membership` as it stands at each call,
+    /// each call on them bounded by `call_timeout`.
+    pub fn new(membership: Arc<SharedMembership>, call_timeout: Duration) -> PeerChannels {
         PeerChannels {
-            urls: membership.peers().map(|m| (m.id, m.peer_urls[0].clone())).collect(),
+            membership,
             call_timeout,
             channels: Mutex::new(HashMap::new()),
         }
@@ -50,16 +52,20 @@ impl PeerChannels {
 
     /// A client for member `id`'s peer service.
     pub fn client(&self, id: u64) -> Result<PeerClient<Channel>, RequestError> {
+        let url = {
+            let membership = self.membership.get();
+            let member = membership.get(id).ok_or(RequestError::NoLeader)?;
+            member.peer_urls.first().cloned().ok_or(RequestError::NoLeader)?
+        };
         let mut channels = self.channels.lock();
-        if let Some(channel) = channels.get(&id) {
+        if let Some(channel) = channels.get(&url) {
             return Ok(PeerClient::new(channel.clone()));
         }
-        let url = self.urls.get(&id).ok_or(RequestError::NoLeader)?;
-        let channel = endpoint(url)
+        let channel = endpoint(&url)
             .map_err(|e| RequestError::Forwarded(tonic::Status::internal(format!("bad peer URL {url}: {e}"))))?
             .timeout(self.call_timeout)
             .connect_lazy();
-        channels.insert(id, channel.clone());
+        channels.insert(url, channel.clone());
         Ok(PeerClient::new(channel))
     }
 }

@@ -11,13 +11,15 @@
 use std::collections::HashMap;
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::error::fatal;
 use crate::membership::Membership;
 use crate::peer::channels::endpoint;
 use crate::peer::snapshot_send::{self, SnapshotSource};
@@ -44,78 +46,138 @@ pub const PEER_MESSAGE_BYTES_MAX: usize = 64 << 20;
 /// Pause before reconnecting to a peer that could not be reached.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
-pub struct PeerTransport {
-    peers: HashMap<u64, mpsc::Sender<Vec<u8>>>,
-    /// Each peer's snapshot sender; holds one snapshot while another is
-    /// under way.
-    snapshots: HashMap<u64, mpsc::Sender<Message>>,
-    node: SyncSender<NodeInput>,
+/// Why a peer refuses this member's messages: etcd's words for a member
+/// that was removed. The sender stops the member on seeing it.
+pub const REMOVED_MESSAGE: &str = "the member has been permanently removed from the cluster";
+
+/// One peer's queues: raft messages, and the snapshot sender's slot.
+struct PeerLink {
+    url: String,
+    messages: mpsc::Sender<Vec<u8>>,
+    /// Holds one snapshot while another is under way.
+    snapshots: mpsc::Sender<Message>,
 }
 
-impl PeerTransport {
-    /// Starts one sender task and one snapshot sender per peer on
-    /// `runtime`.
-    pub fn start(
-        membership: &Membership,
+/// The peers this member sends to, changed as the membership changes (by
+/// the apply stage) and used by the raft loop through [`PeerTransport`].
+pub struct PeerSet {
+    local: u64,
+    links: Mutex<HashMap<u64, PeerLink>>,
+    /// Since when each peer's stream has been up; absent while it is down.
+    active_since: Mutex<HashMap<u64, Instant>>,
+    node: SyncSender<NodeInput>,
+    runtime: tokio::runtime::Handle,
+    snapshots_from: Arc<SnapshotSource>,
+}
+
+impl PeerSet {
+    pub fn new(
+        local: u64,
         node: SyncSender<NodeInput>,
         runtime: &tokio::runtime::Handle,
         snapshots_from: &Arc<SnapshotSource>,
-    ) -> PeerTransport {
-        let mut peers = HashMap::new();
-        let mut snapshots = HashMap::new();
-        for peer in membership.peers() {
-            let (sender, receiver) = mpsc::channel(PEER_QUEUE_CAPACITY);
-            peers.insert(peer.id, sender);
-            let url = peer.peer_urls[0].clone();
-            runtime.spawn(send_loop(
-                membership.local_id,
-                peer.id,
-                url.clone(),
-                receiver,
-                node.clone(),
-            ));
-            let (sender, receiver) = mpsc::channel(1);
-            snapshots.insert(peer.id, sender);
-            runtime.spawn(snapshot_send::send_loop(
-                peer.id,
-                url,
-                receiver,
-                snapshots_from.clone(),
-                node.clone(),
-            ));
-        }
-        PeerTransport { peers, snapshots, node }
+    ) -> Arc<PeerSet> {
+        Arc::new(PeerSet {
+            local,
+            links: Mutex::new(HashMap::new()),
+            active_since: Mutex::new(HashMap::new()),
+            node,
+            runtime: runtime.clone(),
+            snapshots_from: snapshots_from.clone(),
+        })
     }
 
+    /// Sends to exactly the peers of `membership`: starts a sender for
+    /// each new peer (or one whose URL changed), and stops those of peers
+    /// gone (dropping a link's queues ends its tasks).
+    pub fn update(self: &Arc<Self>, membership: &Membership) {
+        let mut links = self.links.lock();
+        links.retain(|id, link| {
+            membership
+                .get(*id)
+                .is_some_and(|m| m.id != self.local && m.peer_urls.first() == Some(&link.url))
+        });
+        for peer in membership.peers() {
+            let Some(url) = peer.peer_urls.first() else { continue };
+            if links.contains_key(&peer.id) {
+                continue;
+            }
+            let (messages, receiver) = mpsc::channel(PEER_QUEUE_CAPACITY);
+            self.runtime
+                .spawn(send_loop(self.clone(), peer.id, url.clone(), receiver));
+            let (snapshots, snapshot_receiver) = mpsc::channel(1);
+            self.runtime.spawn(snapshot_send::send_loop(
+                peer.id,
+                url.clone(),
+                snapshot_receiver,
+                self.snapshots_from.clone(),
+                self.node.clone(),
+            ));
+            links.insert(
+                peer.id,
+                PeerLink {
+                    url: url.clone(),
+                    messages,
+                    snapshots,
+                },
+            );
+        }
+    }
+
+    /// Since when the stream to `peer` has been up, if it is: etcd's
+    /// `ActiveSince`, for its strict reconfiguration checks.
+    pub fn active_since(&self, peer: u64) -> Option<Instant> {
+        self.active_since.lock().get(&peer).copied()
+    }
+
+    fn set_active(&self, peer: u64, active: bool) {
+        let mut since = self.active_since.lock();
+        if active {
+            since.entry(peer).or_insert_with(Instant::now);
+        } else {
+            since.remove(&peer);
+        }
+    }
+}
+
+/// The raft loop's outbox over the peer set.
+pub struct PeerTransport {
+    pub peers: Arc<PeerSet>,
+}
+
+impl PeerTransport {
     /// Queues a snapshot for its peer's sender. If one is already queued
     /// behind a transfer, raft is told this one failed, and asks again
     /// later if the peer still needs it.
-    fn send_snapshot(&self, message: Message) {
+    fn send_snapshot(&self, links: &HashMap<u64, PeerLink>, message: Message) {
         let to = message.to;
-        let queued = self
-            .snapshots
+        let queued = links
             .get(&to)
-            .is_some_and(|queue| queue.try_send(message).is_ok());
+            .is_some_and(|link| link.snapshots.try_send(message).is_ok());
         if !queued {
-            let _ = self.node.try_send(NodeInput::SnapshotStatus { to, failed: true });
+            let _ = self.peers.node.try_send(NodeInput::SnapshotStatus { to, failed: true });
         }
     }
 }
 
 impl Outbox for PeerTransport {
     fn send(&mut self, messages: Vec<Message>) {
+        if messages.is_empty() {
+            return;
+        }
+        let links = self.peers.links.lock();
         for message in messages {
             if message.get_msg_type() == MessageType::MsgSnapshot {
-                self.send_snapshot(message);
+                self.send_snapshot(&links, message);
                 continue;
             }
-            let Some(queue) = self.peers.get(&message.to) else {
+            let Some(link) = links.get(&message.to) else {
                 tracing::debug!(to = message.to, "message for an unknown member dropped");
                 continue;
             };
             let bytes = message.write_to_bytes().expect("raft messages encode");
-            if queue.try_send(bytes).is_err() {
-                let _ = self.node.try_send(NodeInput::Unreachable(message.to));
+            if link.messages.try_send(bytes).is_err() {
+                let _ = self.peers.node.try_send(NodeInput::Unreachable(message.to));
             }
         }
     }
@@ -129,13 +191,8 @@ enum PumpEnd {
     Reconnect,
 }
 
-async fn send_loop(
-    local: u64,
-    peer: u64,
-    url: String,
-    mut queue: mpsc::Receiver<Vec<u8>>,
-    node: SyncSender<NodeInput>,
-) {
+async fn send_loop(peers: Arc<PeerSet>, peer: u64, url: String, mut queue: mpsc::Receiver<Vec<u8>>) {
+    let (local, node) = (peers.local, peers.node.clone());
     loop {
         let endpoint = match endpoint(&url) {
             Ok(endpoint) => endpoint,
@@ -149,6 +206,7 @@ async fn send_loop(
                 let mut client = PeerClient::new(channel).max_encoding_message_size(PEER_MESSAGE_BYTES_MAX);
                 let (batches, stream) = mpsc::channel::<RaftBatch>(1);
                 let call = client.stream(ReceiverStream::new(stream));
+                peers.set_active(peer, true);
                 // Ends with `Stop` only when the transport itself is gone;
                 // a broken stream ends it with `Reconnect`. (Both once
                 // returned alike, and when the stream broke and the pump
@@ -173,7 +231,14 @@ async fn send_loop(
                     PumpEnd::Stop
                 };
                 tokio::select! {
-                    result = call => tracing::debug!(peer, ?result, "peer stream ended"),
+                    result = call => {
+                        if let Err(status) = &result {
+                            if status.message() == REMOVED_MESSAGE {
+                                fatal("a peer refused this member", &REMOVED_MESSAGE);
+                            }
+                        }
+                        tracing::debug!(peer, ?result, "peer stream ended");
+                    }
                     end = pump => match end {
                         PumpEnd::Stop => return,
                         PumpEnd::Reconnect => tracing::debug!(peer, "peer stream broke"),
@@ -182,6 +247,7 @@ async fn send_loop(
             }
             Err(error) => tracing::debug!(peer, %error, "peer unreachable"),
         }
+        peers.set_active(peer, false);
         let _ = node.try_send(NodeInput::Unreachable(peer));
         // Drop what queued up while the peer was away; raft resends.
         while queue.try_recv().is_ok() {}
@@ -194,7 +260,7 @@ mod tests {
     use super::*;
     use crate::proto::etcdserverpb as pb;
     use crate::proto::kvserverpb::peer_server::{Peer, PeerServer};
-    use crate::proto::kvserverpb::{PeerAck, SnapshotChunk};
+    use crate::proto::kvserverpb::{MembersRequest, MembershipRecord, PeerAck, SnapshotChunk};
     use tonic::{Request, Response, Status, Streaming};
 
     /// A peer that only counts the raft messages streamed to it.
@@ -225,6 +291,17 @@ mod tests {
             &self,
             _: Request<pb::LeaseTimeToLiveRequest>,
         ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+
+        async fn members(&self, _: Request<MembersRequest>) -> Result<Response<MembershipRecord>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+
+        async fn member_promote(
+            &self,
+            _: Request<pb::MemberPromoteRequest>,
+        ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
             Err(Status::unimplemented("not in this test"))
         }
     }
@@ -270,7 +347,15 @@ mod tests {
         let mut server = tokio::spawn(serve(listener, count_sender.clone()));
         let (queue, queue_receiver) = mpsc::channel(PEER_QUEUE_CAPACITY);
         let (node, _node_inputs) = std::sync::mpsc::sync_channel(NODE_QUEUE_FOR_TEST);
-        let sender = tokio::spawn(send_loop(1, 2, format!("http://{address}"), queue_receiver, node));
+        let dir = tempfile::tempdir().unwrap();
+        let data = crate::storage::layout::DataDir::new(dir.path().to_path_buf());
+        data.create().unwrap();
+        let source = Arc::new(SnapshotSource {
+            store: Arc::new(mvcc::Store::open(&data.store()).unwrap()),
+            dir: data,
+        });
+        let peers = PeerSet::new(1, node, &tokio::runtime::Handle::current(), &source);
+        let sender = tokio::spawn(send_loop(peers.clone(), 2, format!("http://{address}"), queue_receiver));
         assert!(
             reaches(&queue, &mut counts, Duration::from_secs(5)).await,
             "first contact"
@@ -292,6 +377,7 @@ mod tests {
             );
         }
         assert!(!sender.is_finished(), "the sender stopped while its transport lives");
+        assert!(peers.active_since(2).is_some(), "the peer's stream counts as up");
     }
 
     /// Room for the sender's unreachable reports in the test.

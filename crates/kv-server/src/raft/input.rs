@@ -2,7 +2,7 @@
 //! callers (the member core, the peer service, the transport) depend on
 //! this module only, never on the loop itself.
 
-use raft::prelude::Message;
+use raft::prelude::{ConfChange, Message};
 use tokio::sync::oneshot;
 
 use crate::error::RequestError;
@@ -20,6 +20,12 @@ pub type ReadWaiter = oneshot::Sender<Result<(), RequestError>>;
 pub enum NodeInput {
     /// A client write, already registered as a waiter under `sequence`.
     Propose { sequence: u64, data: Vec<u8> },
+    /// A membership change (its context names the waiter, as a write's
+    /// data does).
+    ProposeConfChange { sequence: u64, change: ConfChange },
+    /// The leader's view of how far each member's log matches its own,
+    /// as (member id, matched index); empty on a follower.
+    Progress { reply: oneshot::Sender<Vec<(u64, u64)>> },
     /// A linearizable read: answered once the member has applied up to a
     /// read index confirmed by the leader.
     ReadIndex { reply: ReadWaiter },

@@ -17,6 +17,8 @@ use raft::prelude::{ConfState, Entry, Snapshot};
 use raft::storage::{MemStorage, Storage};
 use raft::{GetEntriesContext, RaftState, StorageError};
 
+use crate::membership::Membership;
+
 #[derive(Clone)]
 pub struct RaftLog {
     pub memory: MemStorage,
@@ -92,7 +94,9 @@ impl Storage for RaftLog {
     /// `request_index` once the member has applied that far; until then
     /// raft is told to ask again.
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        let index = self.store.consistent_index();
+        // The configuration is the store's at its index, which the raft
+        // loop's may have passed.
+        let (index, record) = self.store.membership();
         if index < request_index {
             return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }
@@ -100,7 +104,12 @@ impl Storage for RaftLog {
         let metadata = snapshot.mut_metadata();
         metadata.index = index;
         metadata.term = self.term(index)?;
-        metadata.set_conf_state(self.conf_state());
+        let conf_state = match record.map(|bytes| Membership::decode(&bytes, 0)) {
+            Some(Ok(membership)) => membership.conf_state(),
+            Some(Err(error)) => return Err(raft::Error::Store(StorageError::Other(Box::new(error)))),
+            None => self.conf_state(),
+        };
+        metadata.set_conf_state(conf_state);
         Ok(snapshot)
     }
 }

@@ -11,11 +11,13 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use raft::prelude::{Entry, HardState, Ready};
-use raft::{Config as RaftConfig, RawNode, SnapshotStatus, Storage};
+use protobuf::Message as _;
+use raft::prelude::{ConfChange, Entry, EntryType, HardState, Ready};
+use raft::{Config as RaftConfig, RawNode, SnapshotStatus, StateRole, Storage};
 
 use crate::apply::input::ApplyInput;
 use crate::error::{fatal, Error, RequestError};
+use crate::membership::conf_change_refused;
 use crate::raft::input::{NodeInput, Outbox};
 use crate::raft::log::RaftLog;
 use crate::raft::read_index::ReadIndexQueue;
@@ -178,6 +180,19 @@ impl Node {
                     self.send_apply(ApplyInput::Dropped { sequence, error });
                 }
             }
+            NodeInput::ProposeConfChange { sequence, change } => self.propose_conf_change(sequence, change),
+            NodeInput::Progress { reply } => {
+                let raft = &self.raw.raft;
+                let progress = if raft.state == StateRole::Leader {
+                    raft.prs()
+                        .iter()
+                        .map(|(id, progress)| (*id, progress.matched))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let _ = reply.send(progress);
+            }
             NodeInput::ReadIndex { reply } => self.reads.push(reply),
             NodeInput::Message(message) => {
                 if let Err(error) = self.raw.step(*message) {
@@ -193,6 +208,54 @@ impl Node {
                     SnapshotStatus::Finish
                 };
                 self.raw.report_snapshot(to, status);
+            }
+        }
+    }
+
+    /// Proposes a membership change. Raft takes one at a time: while one
+    /// is unapplied, raft would turn another into an empty entry, and its
+    /// client would wait in vain, so it is refused here as etcd's client
+    /// would see it end, timed out.
+    fn propose_conf_change(&mut self, sequence: u64, change: ConfChange) {
+        let error = if self.raw.raft.has_pending_conf() {
+            Some(RequestError::TimedOut)
+        } else if let Err(error) = self.raw.propose_conf_change(Vec::new(), change) {
+            tracing::debug!(%error, "membership change dropped");
+            Some(if self.raw.raft.leader_id == raft::INVALID_ID {
+                RequestError::NoLeader
+            } else {
+                RequestError::LeaderChanged
+            })
+        } else {
+            None
+        };
+        if let Some(error) = error {
+            self.send_apply(ApplyInput::Dropped { sequence, error });
+        }
+    }
+
+    /// Applies the committed configuration changes among `entries` to
+    /// raft, unless refused (see `membership::conf_change_refused`; the
+    /// apply stage refuses the same ones), and keeps raft's storage's
+    /// configuration in step for the snapshots it records.
+    fn apply_conf_changes(&mut self, entries: &[Entry]) {
+        for entry in entries {
+            if entry.get_entry_type() != EntryType::EntryConfChange {
+                continue;
+            }
+            let change = ConfChange::parse_from_bytes(&entry.data).expect("committed conf changes decode");
+            let conf = self.raw.raft.prs().conf().to_conf_state();
+            if conf_change_refused(&conf, &change) {
+                tracing::info!(
+                    index = entry.index,
+                    node = change.node_id,
+                    "refused a membership change"
+                );
+                continue;
+            }
+            match self.raw.apply_conf_change(&change) {
+                Ok(conf) => self.durable.memory.wl().set_conf_state(conf),
+                Err(error) => fatal("raft refused a membership change", &error),
             }
         }
     }
@@ -355,6 +418,7 @@ impl Node {
         let Some(first) = entries.first() else {
             return;
         };
+        self.apply_conf_changes(&entries);
         debug_assert_eq!(
             first.index, self.next_to_apply,
             "committed entries follow the last ones"

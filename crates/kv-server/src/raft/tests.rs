@@ -28,13 +28,17 @@ use crate::error::RequestError;
 use crate::member::lessor::Lessor;
 use crate::member::waiters::Waiters;
 use crate::member::watch_hub::WatchHub;
+use crate::membership::{Member as ClusterMember, Membership, SharedMembership};
+use crate::peer::snapshot_send::SnapshotSource;
+use crate::peer::transport::PeerSet;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::{raft_request, RaftRequest};
 use crate::raft::input::{NodeInput, Outbox, NODE_INPUT_CAPACITY};
 use crate::raft::node::{Node, NodeConfig, NodeParts, SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT};
 use crate::raft::status::RaftStatus;
+use crate::server::start::bootstrap;
 use crate::storage::attributes::MemberAttributes;
-use crate::storage::durable_log::{DurableLog, LogOwner};
+use crate::storage::durable_log::DurableLog;
 use crate::storage::layout::DataDir;
 use crate::storage::marker::SnapshotMarker;
 
@@ -86,17 +90,40 @@ fn start(id: u64, network: &Network) -> TestMember {
     let dir = DataDir::new(temporary.path().to_path_buf());
     dir.create().unwrap();
     let store = Arc::new(mvcc::Store::open(&dir.store()).unwrap());
-    let owner = LogOwner {
+    let membership = Membership {
         cluster_id: 1,
-        member_id: id,
+        local_id: id,
+        members: VOTERS
+            .iter()
+            .map(|&id| ClusterMember {
+                id,
+                name: format!("m{id}"),
+                peer_urls: vec![format!("http://127.0.0.1:{}", 1000 + id)],
+                is_learner: false,
+            })
+            .collect(),
+        removed: Vec::new(),
     };
-    let log = DurableLog::open(&dir, owner, VOTERS.to_vec(), &store).unwrap();
-    let marker = Arc::new(SnapshotMarker::new(dir.snapshot_marker(), 0));
+    bootstrap(&dir, &membership, |index| {
+        store.apply(index, &[mvcc::WriteRequest::Membership(membership.encode())])?;
+        Ok(())
+    })
+    .unwrap();
+    let (log, owner) = DurableLog::open(&dir, &store, |_| Ok(membership.conf_state())).unwrap();
+    assert_eq!(owner.member_id, id);
+    let marker = Arc::new(SnapshotMarker::new(dir.snapshot_marker(), log.snapshot_index));
     let status = Arc::new(RaftStatus::default());
     let waiters = Arc::new(Waiters::default());
     let (input, inputs) = sync_channel(NODE_INPUT_CAPACITY);
     let (apply, applies) = sync_channel(APPLY_QUEUE_CAPACITY);
     network.inputs.lock().insert(id, input.clone());
+    let source = Arc::new(SnapshotSource {
+        store: store.clone(),
+        dir: dir.clone(),
+    });
+    // Unused here (the network is channels), but the apply stage keeps it
+    // in step with the membership.
+    let peers = PeerSet::new(id, input.clone(), &tokio::runtime::Handle::current(), &source);
     let parts = NodeParts {
         config: NodeConfig {
             id,
@@ -126,6 +153,9 @@ fn start(id: u64, network: &Network) -> TestMember {
         watch_hub: Arc::new(WatchHub::default()),
         attributes: Arc::new(MemberAttributes::load(dir.attributes())),
         marker,
+        membership: Arc::new(SharedMembership::new(membership)),
+        peers,
+        stop: Arc::new(tokio::sync::Notify::new()),
     };
     std::thread::spawn(move || stage.run(applies));
     std::thread::spawn(move || node.run(inputs));
@@ -197,13 +227,15 @@ async fn agreed_leader(members: &[&TestMember]) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_over_channels() {
     let network = Network::default();
-    let members: Vec<TestMember> = VOTERS.iter().map(|&id| start(id, &network)).collect();
-    let by_id = |id: u64| members.iter().find(|m| m.id == id).unwrap();
-
+    // One member of three alone cannot elect a leader.
+    let first = start(VOTERS[0], &network);
     assert!(
-        matches!(put(&members[0], "early").await, Err(RequestError::NoLeader)),
+        matches!(put(&first, "early").await, Err(RequestError::NoLeader)),
         "a proposal before any election is refused"
     );
+    let mut members = vec![first];
+    members.extend(VOTERS[1..].iter().map(|&id| start(id, &network)));
+    let by_id = |id: u64| members.iter().find(|m| m.id == id).unwrap();
 
     let leader = agreed_leader(&members.iter().collect::<Vec<_>>()).await;
     let mut last = 0;

@@ -2,12 +2,14 @@
 //!
 //! - [`start`]: opens what is on disk, builds the member core and starts
 //!   the apply stage and the raft loop.
+//! - [`join`]: a new member learning a running cluster's membership.
 //! - [`serve`]: the peer and client listeners, until a stop signal.
 //! - [`tasks`]: the background tasks.
 //! - [`listener`]: the client port's listener, bounded in connections.
 //! - [`restore`]: `kv-server snapshot restore`, a new member's data
 //!   directory from a saved snapshot.
 
+pub mod join;
 pub mod listener;
 pub mod restore;
 pub mod serve;

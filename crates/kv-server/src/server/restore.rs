@@ -2,13 +2,14 @@
 //! snapshot file saved with `etcdctl snapshot save` (`storage::backup`),
 //! as etcdutl's restore makes one from etcd's. It takes etcdutl's flags.
 //!
-//! The store gets the snapshot's keys, leases and revisions; the raft log
-//! starts afresh for the cluster the flags describe (its WAL is created
-//! here, owned by that cluster and member, so the member refuses to start
-//! with other flags), and the store's consistent index is 0 so that the
-//! new cluster's first entries apply. Each member of the new cluster is
-//! restored from the same file with its own `--name`, then started with
-//! the same `--initial-cluster` and token.
+//! The store gets the snapshot's keys, leases and revisions, and the
+//! membership the flags describe; the raft log starts afresh for that
+//! cluster after a snapshot at the store's new consistent index, as a new
+//! cluster's does (`server::start::bootstrap`). Its WAL is created here,
+//! owned by that cluster and member; from then on the member reads its
+//! membership from its store, and its flags' cluster settings are not
+//! needed. Each member of the new cluster is restored from the same file
+//! with its own `--name`.
 //!
 //! If the command is stopped part way, the data directory is left behind
 //! and a second restore refuses it; remove it and run the restore again.
@@ -20,8 +21,8 @@ use clap::Parser;
 use crate::config::Config;
 use crate::error::Error;
 use crate::membership::Membership;
+use crate::server::start::bootstrap;
 use crate::storage::backup;
-use crate::storage::durable_log::{DurableLog, LogOwner};
 use crate::storage::layout::DataDir;
 
 #[derive(Debug, Parser)]
@@ -83,12 +84,10 @@ pub fn restore(args: &RestoreArgs) -> Result<PathBuf, Error> {
     let dir = DataDir::new(root.clone());
     dir.create()?;
     let store = mvcc::Store::open(&dir.store())?;
-    store.restore_for_new_cluster(backup.dump)?;
-    store.flush()?;
-    let owner = LogOwner {
-        cluster_id: membership.cluster_id,
-        member_id: membership.local_id,
-    };
-    DurableLog::open(&dir, owner, membership.voter_ids(), &store)?;
+    bootstrap(&dir, &membership, |index| {
+        store.restore_for_new_cluster(backup.dump, index, membership.encode())?;
+        store.flush()?;
+        Ok(())
+    })?;
     Ok(root)
 }

@@ -1,7 +1,7 @@
 //! Serving: the peer port (raft streams, snapshots, forwarded lease
 //! calls) and the client port (etcd's gRPC services, `/health` and
 //! `/version` on the same listener), then the background tasks, until
-//! SIGINT or SIGTERM.
+//! SIGINT or SIGTERM, or until the member is removed from the cluster.
 
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
@@ -33,11 +33,23 @@ pub async fn serve(member: Arc<Member>, node: SyncSender<NodeInput>, dir: DataDi
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_service_status("", ServingStatus::NotServing).await;
     serve_clients(&member, health_service).await?;
-    tasks::spawn(member, health);
-    shutdown_signal().await;
-    tracing::info!("stopping");
+    tasks::spawn(member.clone(), health);
+    tokio::select! {
+        _ = shutdown_signal() => tracing::info!("stopping"),
+        _ = member.stop.notified() => {
+            // Lets the answer to the removal reach its client first.
+            tokio::time::sleep(REMOVED_GRACE).await;
+            tracing::warn!("stopping: this member was removed from the cluster");
+        }
+    }
     Ok(())
 }
+
+/// How long a removed member keeps serving after it applied its removal,
+/// so that its answer to the `member remove` that removed it (if it took
+/// that call) leaves before the process does; a response is written in
+/// well under this on any machine.
+const REMOVED_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
 async fn bind(url: &str, flag: &'static str) -> Result<tokio::net::TcpListener, Error> {
     let address = config::socket_addr(url).map_err(|reason| Error::Flag { flag, reason })?;

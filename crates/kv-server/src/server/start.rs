@@ -5,6 +5,8 @@
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
+use raft::prelude::ConfState;
+
 use crate::apply::input::{ApplyInput, APPLY_QUEUE_CAPACITY};
 use crate::apply::stage::Stage;
 use crate::config::Config;
@@ -13,16 +15,16 @@ use crate::member::core::{Member, MemberParts};
 use crate::member::lessor::Lessor;
 use crate::member::waiters::Waiters;
 use crate::member::watch_hub::WatchHub;
-use crate::membership::Membership;
+use crate::membership::{Membership, SharedMembership};
 use crate::peer::snapshot_send::SnapshotSource;
-use crate::peer::transport::PeerTransport;
+use crate::peer::transport::{PeerSet, PeerTransport};
 use crate::raft::input::{NodeInput, NODE_INPUT_CAPACITY};
 use crate::raft::logger;
 use crate::raft::node::{Node, NodeConfig, NodeParts};
 use crate::raft::status::RaftStatus;
-use crate::server::serve;
+use crate::server::{join, serve};
 use crate::storage::attributes::MemberAttributes;
-use crate::storage::durable_log::{DurableLog, LogOwner};
+use crate::storage::durable_log::{DurableLog, LogOwner, LogStart};
 use crate::storage::layout::DataDir;
 use crate::storage::marker::SnapshotMarker;
 
@@ -33,18 +35,22 @@ struct Opened {
     log: DurableLog,
     marker: Arc<SnapshotMarker>,
     attributes: Arc<MemberAttributes>,
+    membership: Membership,
 }
+
+/// The term a new cluster's log starts in.
+const BOOTSTRAP_TERM: u64 = 1;
 
 /// Runs a member until it is told to stop. Returns why it could not start.
 pub fn run(config: Config) -> Result<(), Error> {
-    let membership = Membership::from_config(&config)?;
     if config.initial_cluster_state != "new" && config.initial_cluster_state != "existing" {
         return Err(Error::Flag {
             flag: "initial-cluster-state",
             reason: format!("must be new or existing, not {:?}", config.initial_cluster_state),
         });
     }
-    let opened = open(&config, &membership)?;
+    let opened = open(&config)?;
+    let membership = opened.membership.clone();
     tracing::info!(
         name = config.name,
         member_id = format!("{:x}", membership.local_id),
@@ -62,9 +68,15 @@ pub fn run(config: Config) -> Result<(), Error> {
         })?;
     let (node_sender, node_inputs) = sync_channel(NODE_INPUT_CAPACITY);
     let (apply_sender, apply_inputs) = sync_channel(APPLY_QUEUE_CAPACITY);
+    let source = Arc::new(SnapshotSource {
+        store: opened.store.clone(),
+        dir: opened.dir.clone(),
+    });
+    let peers = PeerSet::new(membership.local_id, node_sender.clone(), runtime.handle(), &source);
+    peers.update(&membership);
     let member = Arc::new(Member::new(MemberParts {
         config: config.clone(),
-        membership,
+        membership: Arc::new(SharedMembership::new(membership)),
         store: opened.store.clone(),
         status: Arc::new(RaftStatus::default()),
         waiters: Arc::new(Waiters::default()),
@@ -72,20 +84,16 @@ pub fn run(config: Config) -> Result<(), Error> {
         watch_hub: Arc::new(WatchHub::default()),
         attributes: opened.attributes.clone(),
         node: node_sender.clone(),
+        peers,
     }));
     let dir = opened.dir.clone();
-    start_threads(
-        &member,
-        opened,
-        runtime.handle(),
-        (node_sender.clone(), node_inputs),
-        (apply_sender, apply_inputs),
-    )?;
+    start_threads(&member, opened, node_inputs, (apply_sender, apply_inputs))?;
     runtime.block_on(serve::serve(member, node_sender, dir))
 }
 
-/// Opens the data directory, the store and the durable log.
-fn open(config: &Config, membership: &Membership) -> Result<Opened, Error> {
+/// Opens the data directory, the store and the durable log, creating the
+/// log (and for a new cluster, the membership) on the first start.
+fn open(config: &Config) -> Result<Opened, Error> {
     let dir = DataDir::new(config.data_dir());
     dir.create()?;
     let removed = dir.remove_leftover_dumps()?;
@@ -93,11 +101,20 @@ fn open(config: &Config, membership: &Membership) -> Result<Opened, Error> {
         tracing::info!(removed, "removed snapshot dumps left by the last run");
     }
     let store = mvcc::Store::open_with(&dir.store(), config.max_txn_ops)?;
-    let owner = LogOwner {
-        cluster_id: membership.cluster_id,
-        member_id: membership.local_id,
+    if !DurableLog::exists(&dir) {
+        create_log(config, &dir, &store)?;
+    }
+    let (log, owner) = DurableLog::open(&dir, &store, |store| {
+        Ok(stored_membership(store, 0)?.map_or_else(ConfState::default, |m| m.conf_state()))
+    })?;
+    let membership = match stored_membership(&store, owner.member_id)? {
+        Some(membership) => membership,
+        // A joining member whose first snapshot has not arrived yet.
+        None => join::fetch_membership(config, Some(owner.member_id))?,
     };
-    let log = DurableLog::open(&dir, owner, membership.voter_ids(), &store)?;
+    if membership.local().is_none() {
+        return Err(Error::Removed);
+    }
     let recorded = log.memory.rl().hard_state().commit.min(log.snapshot_index);
     Ok(Opened {
         marker: Arc::new(SnapshotMarker::new(dir.snapshot_marker(), recorded)),
@@ -105,23 +122,74 @@ fn open(config: &Config, membership: &Membership) -> Result<Opened, Error> {
         store: Arc::new(store),
         log,
         dir,
+        membership,
     })
 }
 
-/// Starts the peer transport on the runtime, then the apply stage and the
-/// raft loop on their threads.
+/// The membership the store holds, seen from member `local_id`.
+fn stored_membership(store: &mvcc::Store, local_id: u64) -> Result<Option<Membership>, Error> {
+    match store.membership().1 {
+        Some(bytes) => Ok(Some(Membership::decode(&bytes, local_id)?)),
+        None => Ok(None),
+    }
+}
+
+/// A first start: a member of a new cluster writes the membership from its
+/// flags; a member joining a running cluster learns it from the others
+/// and starts with an empty log.
+fn create_log(config: &Config, dir: &DataDir, store: &mvcc::Store) -> Result<(), Error> {
+    if config.initial_cluster_state == "existing" {
+        let membership = join::fetch_membership(config, None)?;
+        return DurableLog::create(dir, owner_of(&membership), LogStart::Empty);
+    }
+    let membership = Membership::from_config(config)?;
+    bootstrap(dir, &membership, |index| {
+        store.apply(index, &[mvcc::WriteRequest::Membership(membership.encode())])?;
+        store.flush()?;
+        Ok(())
+    })
+}
+
+fn owner_of(membership: &Membership) -> LogOwner {
+    LogOwner {
+        cluster_id: membership.cluster_id,
+        member_id: membership.local_id,
+    }
+}
+
+/// Starts a new cluster's member from what `write_store(index)` puts in
+/// the store (the membership, and for a restore the backup's data, at
+/// consistent index `index`): the marker records a snapshot there, and
+/// the log starts after it (see [`LogStart::After`]). As etcd, the index
+/// is the number of members. Each step may be redone after a crash: the
+/// log, made last and whole, says whether the start finished.
+pub fn bootstrap(
+    dir: &DataDir,
+    membership: &Membership,
+    write_store: impl FnOnce(u64) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let index = membership.members.len() as u64;
+    write_store(index)?;
+    SnapshotMarker::overwrite(&dir.snapshot_marker(), index, BOOTSTRAP_TERM)?;
+    let start = LogStart::After {
+        index,
+        term: BOOTSTRAP_TERM,
+        conf_state: membership.conf_state(),
+    };
+    DurableLog::create(dir, owner_of(membership), start)
+}
+
+/// Starts the apply stage and the raft loop on their threads; the raft
+/// loop sends through the member's peer set.
 fn start_threads(
     member: &Arc<Member>,
     opened: Opened,
-    runtime: &tokio::runtime::Handle,
-    (node_sender, node_inputs): (SyncSender<NodeInput>, Receiver<NodeInput>),
+    node_inputs: Receiver<NodeInput>,
     (apply_sender, apply_inputs): (SyncSender<ApplyInput>, Receiver<ApplyInput>),
 ) -> Result<(), Error> {
-    let source = Arc::new(SnapshotSource {
-        store: opened.store.clone(),
-        dir: opened.dir.clone(),
-    });
-    let transport = PeerTransport::start(&member.membership, node_sender, runtime, &source);
+    let transport = PeerTransport {
+        peers: member.peers.clone(),
+    };
     let node_config = NodeConfig {
         id: member.member_id(),
         tick_interval: member.config.tick_interval(),
@@ -151,6 +219,9 @@ fn start_threads(
         watch_hub: member.watch_hub.clone(),
         attributes: opened.attributes,
         marker: opened.marker,
+        membership: member.membership.clone(),
+        peers: member.peers.clone(),
+        stop: member.stop.clone(),
     };
     let spawn = |what: &'static str| move |source| Error::Spawn { what, source };
     std::thread::Builder::new()

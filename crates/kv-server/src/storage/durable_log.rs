@@ -29,6 +29,32 @@ impl LogOwner {
         bytes.extend_from_slice(&self.member_id.to_be_bytes());
         bytes
     }
+
+    fn from_metadata(bytes: &[u8]) -> Option<LogOwner> {
+        let bytes: &[u8; 16] = bytes.try_into().ok()?;
+        let (cluster, member) = bytes.split_at(8);
+        Some(LogOwner {
+            cluster_id: u64::from_be_bytes(cluster.try_into().ok()?),
+            member_id: u64::from_be_bytes(member.try_into().ok()?),
+        })
+    }
+}
+
+/// Where a new member's log starts.
+pub enum LogStart {
+    /// A member of a new cluster (or one restored from a backup): its log
+    /// starts after a snapshot at this index and term, whose store holds
+    /// the membership. A member joining later then always takes a
+    /// snapshot first, never the log from index 1, which would miss what
+    /// the store held before it.
+    After {
+        index: u64,
+        term: u64,
+        conf_state: ConfState,
+    },
+    /// A member joining a running cluster: an empty log, filled by the
+    /// leader's snapshot.
+    Empty,
 }
 
 pub struct DurableLog {
@@ -40,23 +66,56 @@ pub struct DurableLog {
 }
 
 impl DurableLog {
-    /// Creates a new log for a new member, or replays the existing one,
-    /// first finishing the install of a snapshot a crash interrupted.
-    pub fn open(dir: &DataDir, owner: LogOwner, voters: Vec<u64>, store: &mvcc::Store) -> Result<DurableLog, Error> {
-        let memory = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
-        if !wal::Wal::exists(&dir.wal()) {
-            let wal = wal::Wal::create(&dir.wal(), wal::Options::default(), &owner.metadata())?;
-            return Ok(DurableLog {
-                wal,
-                memory,
-                snapshot_index: 0,
-            });
+    /// Whether the data directory holds a log: a member that has started.
+    pub fn exists(dir: &DataDir) -> bool {
+        wal::Wal::exists(&dir.wal())
+    }
+
+    /// Writes a new member's log in `wal.tmp` and moves it into place
+    /// whole, so a crash leaves either no log (and the member starts anew)
+    /// or a complete one. For [`LogStart::After`], the caller has already
+    /// recorded the snapshot in the store and the marker.
+    pub fn create(dir: &DataDir, owner: LogOwner, start: LogStart) -> Result<(), Error> {
+        let new = dir.new_wal();
+        if new.exists() {
+            std::fs::remove_dir_all(&new).map_err(Error::io(&new))?;
         }
+        let mut wal = wal::Wal::create(&new, wal::Options::default(), &owner.metadata())?;
+        if let LogStart::After {
+            index,
+            term,
+            conf_state,
+        } = start
+        {
+            wal.save_snapshot(&snapshot_record(index, term, &conf_state))?;
+            let hard_state = wal::HardState {
+                term,
+                vote: 0,
+                commit: index,
+            };
+            wal.save(&[], Some(&hard_state))?;
+        }
+        drop(wal);
+        std::fs::rename(&new, dir.wal()).map_err(Error::io(dir.wal()))?;
+        wal::sync::fsync_dir(&dir.member()).map_err(Error::io(dir.member()))?;
+        Ok(())
+    }
+
+    /// Replays the member's log, first finishing the install of a snapshot
+    /// a crash interrupted. Raft's configuration is `conf_state` of the
+    /// store as it then stands (the store is the applied state; raft
+    /// re-applies the configuration changes committed after it). Returns
+    /// the log and whose it is.
+    pub fn open(
+        dir: &DataDir,
+        store: &mvcc::Store,
+        conf_state: impl FnOnce(&mvcc::Store) -> Result<ConfState, Error>,
+    ) -> Result<(DurableLog, LogOwner), Error> {
         let (opened, (index, term)) = open_wal(dir, store)?;
         let (wal, replay) = opened;
-        if replay.metadata != owner.metadata() {
-            return Err(Error::ForeignDataDir { dir: dir.wal() });
-        }
+        let owner =
+            LogOwner::from_metadata(&replay.metadata).ok_or_else(|| Error::ForeignDataDir { dir: dir.wal() })?;
+        let memory = MemStorage::new_with_conf_state(conf_state(store)?);
         if index > 0 {
             restore_snapshot_point(&memory, index, term)?;
         }
@@ -64,11 +123,12 @@ impl DurableLog {
             tracing::warn!(segment = %report.segment.display(), offset = report.offset, "WAL tail was torn and truncated");
         }
         load_replay(&memory, &replay, index)?;
-        Ok(DurableLog {
+        let log = DurableLog {
             wal,
             memory,
             snapshot_index: index,
-        })
+        };
+        Ok((log, owner))
     }
 
     /// Makes `entries` and `hard_state` durable with one WAL write and one

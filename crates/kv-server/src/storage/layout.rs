@@ -4,6 +4,7 @@
 //! ```text
 //! <data-dir>/member/
 //!     wal/                      the WAL's segments (etcd's layout)
+//!     wal.tmp/                  a new member's first WAL, being written
 //!     kv/                       the MVCC store (sled)
 //!     snap                      the snapshot marker (marker.rs)
 //!     attributes.json           members' published client URLs (attributes.rs)
@@ -48,6 +49,11 @@ impl DataDir {
 
     pub fn wal(&self) -> PathBuf {
         self.member().join("wal")
+    }
+
+    /// Where a new member's WAL is written before it moves to `wal`.
+    pub fn new_wal(&self) -> PathBuf {
+        self.member().join("wal.tmp")
     }
 
     pub fn store(&self) -> PathBuf {

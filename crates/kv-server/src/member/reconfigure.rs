@@ -1,0 +1,333 @@
+//! Membership changes as etcd's `Cluster` service makes them: MemberAdd
+//! (a voter or a learner), MemberRemove, MemberUpdate and MemberPromote,
+//! each checked first as etcd checks it, then proposed through raft and
+//! answered once applied here.
+//!
+//! etcd's strict reconfiguration check (on by default) is kept:
+//!
+//! - adding or promoting a voter needs a quorum of the voters after the
+//!   change to have started (published a name), and, for an add, a quorum
+//!   of the voters to be connected to this member for
+//!   [`RECONFIG_HEALTH_INTERVAL`];
+//! - removing a voter needs a quorum of the remaining voters started, and,
+//!   unless the one removed is down, enough members connected that the
+//!   quorum survives without it.
+//!
+//! At most [`LEARNERS_MAX`] learners, and a learner is promoted only once
+//! its log matches at least [`LEARNER_READY_FRACTION`] of the leader's,
+//! as the leader sees it (a follower forwards the promotion to the
+//! leader).
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use prost::Message as _;
+use raft::prelude::{ConfChange, ConfChangeType};
+use tokio::sync::oneshot;
+
+use crate::error::RequestError;
+use crate::member::core::{queue_error, Member};
+use crate::membership::{member_id, Member as ClusterMember, Membership};
+use crate::proto::etcdserverpb as pb;
+use crate::proto::kvserverpb::{raft_request, ConfChangeContext, MemberRecord};
+use crate::raft::input::NodeInput;
+
+/// How long a peer must have been connected to count as healthy for a
+/// reconfiguration: etcd's `HealthInterval`.
+pub const RECONFIG_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Learners a cluster may have at once: etcd's default
+/// (`--experimental-max-learners`), one being enough to catch a new
+/// member up before it votes.
+pub const LEARNERS_MAX: usize = 1;
+
+/// How close a learner's log must be to the leader's to be promoted:
+/// etcd's `readyPercentThreshold`.
+pub const LEARNER_READY_FRACTION: f64 = 0.9;
+
+impl Member {
+    /// MemberList's members: by id, with the client URLs each published.
+    pub fn member_list(&self) -> Vec<pb::Member> {
+        to_pb(&self.membership.get(), &self.attributes.client_urls())
+    }
+
+    /// MemberAdd: returns the new member and the members after.
+    pub async fn add_member(
+        &self,
+        peer_urls: Vec<String>,
+        is_learner: bool,
+    ) -> Result<(pb::Member, Vec<pb::Member>), RequestError> {
+        check_urls(&peer_urls)?;
+        let membership = self.membership.get();
+        if membership.with_peer_url(&peer_urls).is_some() {
+            return Err(RequestError::PeerUrlExists);
+        }
+        if is_learner && membership.learner_count() >= LEARNERS_MAX {
+            return Err(RequestError::TooManyLearners);
+        }
+        if !is_learner {
+            if !started_quorum(&membership, None, 1) {
+                return Err(RequestError::NotEnoughStarted);
+            }
+            if !self.connected_quorum(&membership) {
+                return Err(RequestError::Unhealthy);
+            }
+        }
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let member = ClusterMember {
+            id: member_id(&peer_urls, &self.config.initial_cluster_token, Some(now)),
+            name: String::new(),
+            peer_urls,
+            is_learner,
+        };
+        if membership.removed.contains(&member.id) {
+            return Err(RequestError::MemberExists);
+        }
+        let kind = if is_learner {
+            ConfChangeType::AddLearnerNode
+        } else {
+            ConfChangeType::AddNode
+        };
+        self.propose_conf_change(kind, member.id, Some(member.record())).await?;
+        let added = pb::Member {
+            id: member.id,
+            name: String::new(),
+            peer_ur_ls: member.peer_urls,
+            client_ur_ls: Vec::new(),
+            is_learner,
+        };
+        Ok((added, self.member_list()))
+    }
+
+    /// MemberRemove: returns the members after.
+    pub async fn remove_member(&self, id: u64) -> Result<Vec<pb::Member>, RequestError> {
+        let membership = self.membership.get();
+        let member = membership.get(id).ok_or(RequestError::MemberNotFound)?;
+        if !member.is_learner {
+            if !started_quorum(&membership, Some(id), 0) {
+                return Err(RequestError::NotEnoughStarted);
+            }
+            // A member that is down is safe to remove: it is not part of
+            // the quorum that is up.
+            let down = id != self.local_id && self.peers.active_since(id).is_none();
+            if !down {
+                let voters = membership.voter_ids().len();
+                let active = self.connected_voters(&membership);
+                if active.saturating_sub(1) < 1 + (voters - 1) / 2 {
+                    return Err(RequestError::Unhealthy);
+                }
+            }
+        }
+        self.propose_conf_change(ConfChangeType::RemoveNode, id, None).await?;
+        Ok(self.member_list())
+    }
+
+    /// MemberUpdate: new peer URLs for a member; returns the members after.
+    pub async fn update_member(&self, id: u64, peer_urls: Vec<String>) -> Result<Vec<pb::Member>, RequestError> {
+        check_urls(&peer_urls)?;
+        let membership = self.membership.get();
+        membership.get(id).ok_or(RequestError::MemberNotFound)?;
+        if membership.with_peer_url(&peer_urls).is_some_and(|m| m.id != id) {
+            return Err(RequestError::PeerUrlExists);
+        }
+        let update = MemberRecord {
+            id,
+            peer_urls,
+            ..MemberRecord::default()
+        };
+        self.propose(raft_request::Request::MemberUpdate(update)).await?;
+        Ok(self.member_list())
+    }
+
+    /// MemberPromote: a follower forwards it to the leader, which alone
+    /// knows how far the learner's log has come.
+    pub async fn promote_member(&self, id: u64) -> Result<Vec<pb::Member>, RequestError> {
+        match self.leader() {
+            0 => Err(RequestError::NoLeader),
+            leader if leader == self.local_id => self.promote_member_as_leader(id).await,
+            leader => {
+                let mut client = self.leader_channels.client(leader)?;
+                let answer = client.member_promote(pb::MemberPromoteRequest { id }).await;
+                Ok(answer.map_err(RequestError::Forwarded)?.into_inner().members)
+            }
+        }
+    }
+
+    /// MemberPromote on the leader.
+    pub async fn promote_member_as_leader(&self, id: u64) -> Result<Vec<pb::Member>, RequestError> {
+        if self.leader() != self.local_id {
+            return Err(RequestError::NotLeader);
+        }
+        let membership = self.membership.get();
+        let member = membership.get(id).ok_or(RequestError::MemberNotFound)?;
+        if !member.is_learner {
+            return Err(RequestError::MemberNotLearner);
+        }
+        if !started_quorum(&membership, None, 1) {
+            return Err(RequestError::NotEnoughStarted);
+        }
+        let (reply, progress) = oneshot::channel();
+        self.node.try_send(NodeInput::Progress { reply }).map_err(queue_error)?;
+        let progress = progress.await.map_err(|_| RequestError::Stopped)?;
+        let matched = |who: u64| progress.iter().find(|(id, _)| *id == who).map(|(_, m)| *m);
+        let (Some(leader), Some(learner)) = (matched(self.local_id), matched(id)) else {
+            return Err(RequestError::LearnerNotReady);
+        };
+        if (learner as f64) < leader as f64 * LEARNER_READY_FRACTION {
+            return Err(RequestError::LearnerNotReady);
+        }
+        self.propose_conf_change(ConfChangeType::AddNode, id, Some(member.record()))
+            .await?;
+        Ok(self.member_list())
+    }
+
+    /// Proposes one configuration change and waits until it is applied
+    /// here (or refused at apply).
+    async fn propose_conf_change(
+        &self,
+        kind: ConfChangeType,
+        id: u64,
+        member: Option<MemberRecord>,
+    ) -> Result<(), RequestError> {
+        let (sequence, answer) = self.waiters.register();
+        let mut change = ConfChange::default();
+        change.set_change_type(kind);
+        change.node_id = id;
+        change.context = ConfChangeContext {
+            proposer: self.local_id,
+            sequence,
+            member,
+        }
+        .encode_to_vec()
+        .into();
+        if let Err(error) = self.node.try_send(NodeInput::ProposeConfChange { sequence, change }) {
+            self.waiters.forget(sequence);
+            return Err(queue_error(error));
+        }
+        self.wait_for_answer(sequence, answer).await.map(|_| ())
+    }
+
+    /// Voters connected to this member for the health interval, itself
+    /// included: etcd's `numConnectedSince`.
+    fn connected_voters(&self, membership: &Membership) -> usize {
+        let since = Instant::now().checked_sub(RECONFIG_HEALTH_INTERVAL);
+        membership
+            .members
+            .iter()
+            .filter(|m| !m.is_learner)
+            .filter(|m| {
+                m.id == self.local_id
+                    || self
+                        .peers
+                        .active_since(m.id)
+                        .zip(since)
+                        .is_some_and(|(up, since)| up <= since)
+            })
+            .count()
+    }
+
+    /// Whether a quorum of the voters is connected: etcd's
+    /// `isConnectedFullyToQuorum`.
+    fn connected_quorum(&self, membership: &Membership) -> bool {
+        self.connected_voters(membership) > membership.voter_ids().len() / 2
+    }
+}
+
+/// Whether a quorum of the voters after a change has started (published
+/// a name): the voters without `leaving`, plus `joining` new ones, which
+/// have not started. etcd's `IsReadyToAddVotingMember`,
+/// `IsReadyToRemoveVotingMember` and `IsReadyToPromoteMember`.
+fn started_quorum(membership: &Membership, leaving: Option<u64>, joining: usize) -> bool {
+    let voters = membership
+        .members
+        .iter()
+        .filter(|m| !m.is_learner && Some(m.id) != leaving);
+    let (count, started) = voters.fold((joining, 0), |(count, started), m| {
+        (count + 1, started + usize::from(!m.name.is_empty()))
+    });
+    started > count / 2
+}
+
+/// etcd's check of member URLs: each an http or https URL with a host and
+/// a port, and nothing after.
+fn check_urls(urls: &[String]) -> Result<(), RequestError> {
+    let good = |url: &String| {
+        url.parse::<tonic::codegen::http::Uri>().is_ok_and(|uri| {
+            matches!(uri.scheme_str(), Some("http" | "https"))
+                && uri.port_u16().is_some()
+                && matches!(uri.path(), "" | "/")
+                && uri.query().is_none()
+        })
+    };
+    if urls.is_empty() || !urls.iter().all(good) {
+        return Err(RequestError::BadMemberUrls);
+    }
+    Ok(())
+}
+
+/// Members as etcd lists them: by id.
+fn to_pb(membership: &Membership, client_urls: &crate::storage::attributes::ClientUrls) -> Vec<pb::Member> {
+    let mut members: Vec<pb::Member> = membership
+        .members
+        .iter()
+        .map(|m| pb::Member {
+            id: m.id,
+            name: m.name.clone(),
+            peer_ur_ls: m.peer_urls.clone(),
+            client_ur_ls: client_urls.get(&m.id).cloned().unwrap_or_default(),
+            is_learner: m.is_learner,
+        })
+        .collect();
+    members.sort_by_key(|m| m.id);
+    members
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: u64, name: &str, is_learner: bool) -> ClusterMember {
+        ClusterMember {
+            id,
+            name: name.into(),
+            peer_urls: vec![format!("http://127.0.0.1:{}", 2000 + id)],
+            is_learner,
+        }
+    }
+
+    // Goal: the started-quorum rule is etcd's: adding a voter to three
+    // started voters is fine, but not when two of three never started;
+    // removing needs a quorum of the rest started.
+    #[test]
+    fn started_quorum_follows_etcd() {
+        let mut membership = Membership {
+            cluster_id: 1,
+            local_id: 1,
+            members: vec![member(1, "a", false), member(2, "b", false), member(3, "c", false)],
+            removed: Vec::new(),
+        };
+        assert!(started_quorum(&membership, None, 1));
+        assert!(started_quorum(&membership, Some(1), 0));
+        membership.members[1].name.clear();
+        membership.members[2].name.clear();
+        assert!(!started_quorum(&membership, None, 1));
+        assert!(
+            !started_quorum(&membership, Some(2), 0),
+            "one of the two left never started"
+        );
+        membership.members.push(member(4, "", true));
+        assert!(!started_quorum(&membership, None, 0), "learners do not count");
+    }
+
+    // Goal: member URLs are checked as etcd checks them.
+    #[test]
+    fn member_urls_are_checked() {
+        let ok = |urls: &[&str]| check_urls(&urls.iter().map(|u| u.to_string()).collect::<Vec<_>>()).is_ok();
+        assert!(ok(&["http://127.0.0.1:2380"]));
+        assert!(ok(&["https://node-1:2380", "http://10.0.0.1:2380"]));
+        assert!(!ok(&[]));
+        assert!(!ok(&["127.0.0.1:2380"]));
+        assert!(!ok(&["http://127.0.0.1"]));
+        assert!(!ok(&["http://127.0.0.1:2380/path"]));
+        assert!(!ok(&["ftp://127.0.0.1:2380"]));
+    }
+}
