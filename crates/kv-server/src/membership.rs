@@ -15,7 +15,8 @@
 //! **Where the membership lives.** A new cluster's membership comes from
 //! `--initial-cluster`, once; after that it is replicated state. Changes
 //! travel through raft (configuration change entries for add, promote and
-//! remove; a normal entry for an update of peer URLs or a member's name),
+//! remove; normal entries for an update of peer URLs and for the name and
+//! client URLs a member publishes when it starts),
 //! and the apply stage writes the whole membership after each change into
 //! the store (`MembershipRecord`, under a meta key), in the same batch as
 //! the raft index it stands at. So a restart reads it from the store, and
@@ -35,7 +36,6 @@ use prost::Message as _;
 use raft::prelude::{ConfChange, ConfChangeType, ConfState};
 use sha1::{Digest, Sha1};
 
-use crate::config::{self, Config};
 use crate::error::{Error, RequestError};
 use crate::proto::kvserverpb::{MemberRecord, MembershipRecord};
 
@@ -46,6 +46,8 @@ pub struct Member {
     pub name: String,
     pub peer_urls: Vec<String>,
     pub is_learner: bool,
+    /// Empty until the member has published its attributes.
+    pub client_urls: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,10 +72,11 @@ pub enum Change {
         id: u64,
         peer_urls: Vec<String>,
     },
-    /// A member published its name when it started.
-    Name {
+    /// A member published its name and client URLs when it started.
+    Attributes {
         id: u64,
         name: String,
+        client_urls: Vec<String>,
     },
 }
 
@@ -111,25 +114,23 @@ pub fn conf_change_refused(conf: &ConfState, change: &ConfChange) -> bool {
 }
 
 impl Membership {
-    /// A new cluster's membership, from `--initial-cluster`; this member is
-    /// the one named `--name`.
-    pub fn from_config(config: &Config) -> Result<Membership, Error> {
-        let members: Vec<Member> = initial_members(config)?
+    /// A new cluster's membership, from `--initial-cluster` and
+    /// `--initial-cluster-token`; this member is the one named `name`.
+    pub fn new_cluster(initial_cluster: &str, token: &str, name: &str) -> Result<Membership, Error> {
+        let members: Vec<Member> = initial_members(initial_cluster)?
             .into_iter()
             .map(|(name, peer_urls)| Member {
-                id: member_id(&peer_urls, &config.initial_cluster_token, None),
+                id: member_id(&peer_urls, token, None),
                 name,
                 peer_urls,
                 is_learner: false,
+                client_urls: Vec::new(),
             })
             .collect();
-        let local = members
-            .iter()
-            .find(|m| m.name == config.name)
-            .ok_or_else(|| Error::Flag {
-                flag: "initial-cluster",
-                reason: format!("no member is named {:?}", config.name),
-            })?;
+        let local = members.iter().find(|m| m.name == name).ok_or_else(|| Error::Flag {
+            flag: "initial-cluster",
+            reason: format!("no member is named {name:?}"),
+        })?;
         let mut ids: Vec<u64> = members.iter().map(|m| m.id).collect();
         ids.sort_unstable();
         let mut hasher = Sha1::new();
@@ -149,16 +150,7 @@ impl Membership {
         Membership {
             cluster_id: record.cluster_id,
             local_id,
-            members: record
-                .members
-                .into_iter()
-                .map(|m| Member {
-                    id: m.id,
-                    name: m.name,
-                    peer_urls: m.peer_urls,
-                    is_learner: m.is_learner,
-                })
-                .collect(),
+            members: record.members.into_iter().map(Member::from_record).collect(),
             removed: record.removed,
         }
     }
@@ -249,9 +241,11 @@ impl Membership {
                 let member = self.members.iter_mut().find(|m| m.id == *id);
                 member.ok_or(RequestError::MemberNotFound)?.peer_urls = peer_urls.clone();
             }
-            Change::Name { id, name } => {
+            Change::Attributes { id, name, client_urls } => {
                 let member = self.members.iter_mut().find(|m| m.id == *id);
-                member.ok_or(RequestError::MemberNotFound)?.name = name.clone();
+                let member = member.ok_or(RequestError::MemberNotFound)?;
+                member.name = name.clone();
+                member.client_urls = client_urls.clone();
             }
         }
         Ok(())
@@ -265,6 +259,7 @@ impl Member {
             name: self.name.clone(),
             peer_urls: self.peer_urls.clone(),
             is_learner: self.is_learner,
+            client_urls: self.client_urls.clone(),
         }
     }
 
@@ -274,14 +269,16 @@ impl Member {
             name: record.name,
             peer_urls: record.peer_urls,
             is_learner: record.is_learner,
+            client_urls: record.client_urls,
         }
     }
 }
 
-/// `--initial-cluster` as (name, peer URLs) pairs, in order.
-pub fn initial_members(config: &Config) -> Result<Vec<(String, Vec<String>)>, Error> {
+/// `--initial-cluster` (`name=url,...`) as (name, peer URLs) pairs, in
+/// order.
+pub fn initial_members(initial_cluster: &str) -> Result<Vec<(String, Vec<String>)>, Error> {
     let mut by_name: Vec<(String, Vec<String>)> = Vec::new();
-    for pair in config::urls(&config.initial_cluster) {
+    for pair in initial_cluster.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (name, url) = pair.split_once('=').ok_or_else(|| Error::Flag {
             flag: "initial-cluster",
             reason: format!("{pair:?} is not name=url"),
@@ -315,13 +312,11 @@ impl SharedMembership {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     const CLUSTER: &str = "a=http://127.0.0.1:2380,b=http://127.0.0.1:22380,c=http://127.0.0.1:32380";
 
     fn membership(name: &str) -> Membership {
-        let config = Config::parse_from(["kv-server", "--name", name, "--initial-cluster", CLUSTER]);
-        Membership::from_config(&config).unwrap()
+        Membership::new_cluster(CLUSTER, "etcd-cluster", name).unwrap()
     }
 
     // Goal: ids are deterministic, distinct per member, and the same cluster
@@ -333,8 +328,7 @@ mod tests {
         assert_ne!(a.local_id, b.local_id);
         assert_eq!(a.peers().count(), 2);
         assert_eq!(a.members, b.members);
-        let unnamed = Config::parse_from(["kv-server", "--name", "zz", "--initial-cluster", CLUSTER]);
-        assert!(Membership::from_config(&unnamed).is_err());
+        assert!(Membership::new_cluster(CLUSTER, "etcd-cluster", "zz").is_err());
     }
 
     /// The configuration real raft reaches from `start`'s by `change`.
@@ -369,6 +363,7 @@ mod tests {
             name: String::new(),
             peer_urls: vec!["http://127.0.0.1:42380".into()],
             is_learner: true,
+            client_urls: Vec::new(),
         };
         let mut with_learner = base.clone();
         with_learner.apply(&Change::AddLearner(learner.clone())).unwrap();

@@ -33,7 +33,8 @@ pub fn check(request: &WriteRequest) -> Result<()> {
         WriteRequest::LeaseGrant(_)
         | WriteRequest::LeaseRevoke(_)
         | WriteRequest::Compaction(_)
-        | WriteRequest::Alarm(_) => Ok(()),
+        | WriteRequest::Alarm(_)
+        | WriteRequest::Membership(_) => Ok(()),
     }
 }
 

@@ -374,6 +374,18 @@ impl Model {
         }
     }
 
+    /// etcd's alarm store: a raise answers the alarm, a clear answers it
+    /// only if it was raised; the revision stays.
+    fn change_alarm(&mut self, request: &AlarmRequest) -> AlarmResponse {
+        let alarm = if request.activate {
+            self.alarms.insert(request.alarm);
+            Some(request.alarm)
+        } else {
+            self.alarms.remove(&request.alarm).then_some(request.alarm)
+        };
+        AlarmResponse { alarm }
+    }
+
     /// Applies one write as the store would; its answer and events.
     pub fn apply(&mut self, request: &WriteRequest) -> Applied {
         if let Err(error) = etcd_rules::check(request) {
@@ -385,17 +397,9 @@ impl Model {
         let response = match request {
             WriteRequest::Compaction(compaction) => Some(self.compact(compaction)),
             WriteRequest::LeaseGrant(grant) => Some(self.grant(grant)),
-            WriteRequest::Alarm(request) => {
-                // etcd's alarm store: a raise answers the alarm, a clear
-                // answers it only if it was raised; the revision stays.
-                let alarm = if request.activate {
-                    self.alarms.insert(request.alarm);
-                    Some(request.alarm)
-                } else {
-                    self.alarms.remove(&request.alarm).then_some(request.alarm)
-                };
-                Some(Ok(WriteResponse::Alarm(AlarmResponse { alarm })))
-            }
+            WriteRequest::Alarm(request) => Some(Ok(WriteResponse::Alarm(self.change_alarm(request)))),
+            // The membership is kept for the server, opaque: no revision.
+            WriteRequest::Membership(_) => Some(Ok(WriteResponse::Membership)),
             _ => None,
         };
         if let Some(response) = response {
@@ -439,7 +443,10 @@ impl Model {
                     Ok(WriteResponse::LeaseRevoke(LeaseRevokeResponse { revision: txn.view() }))
                 }
             },
-            WriteRequest::Compaction(_) | WriteRequest::LeaseGrant(_) | WriteRequest::Alarm(_) => unreachable!(),
+            WriteRequest::Compaction(_)
+            | WriteRequest::LeaseGrant(_)
+            | WriteRequest::Alarm(_)
+            | WriteRequest::Membership(_) => unreachable!(),
         };
         let (view, events) = (txn.view(), std::mem::take(&mut txn.events));
         self.current = view;

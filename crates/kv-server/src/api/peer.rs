@@ -38,15 +38,18 @@ impl Peer for PeerService {
     async fn stream(&self, request: Request<Streaming<RaftBatch>>) -> Result<Response<PeerAck>, Status> {
         let mut stream = request.into_inner();
         while let Some(batch) = stream.message().await? {
-            // A removed member is told so, and stops (`peer::transport`).
-            if self.member.membership.get().removed.contains(&batch.from) {
-                return Err(Status::failed_precondition(REMOVED_MESSAGE));
-            }
+            let removed = self.member.membership.get().removed.contains(&batch.from);
             for bytes in batch.messages {
                 let message = Message::parse_from_bytes(&bytes)
                     .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
                 // A full queue drops the message, as a lossy network would.
                 let _ = self.node.try_send(NodeInput::Message(Box::new(message)));
+            }
+            // A removed member is told so, and stops (`peer::transport`).
+            // Its last batch still goes to raft: a leader that removed
+            // itself hands leadership over in it.
+            if removed {
+                return Err(Status::failed_precondition(REMOVED_MESSAGE));
             }
         }
         Ok(Response::new(PeerAck {}))

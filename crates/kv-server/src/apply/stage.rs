@@ -27,7 +27,6 @@ use crate::membership::{Change, Membership, SharedMembership};
 use crate::peer::transport::PeerSet;
 use crate::raft::input::ReadWaiter;
 use crate::raft::status::RaftStatus;
-use crate::storage::attributes::MemberAttributes;
 use crate::storage::layout::DataDir;
 use crate::storage::marker::SnapshotMarker;
 use crate::storage::pending;
@@ -42,7 +41,6 @@ pub struct Stage {
     pub waiters: Arc<Waiters>,
     pub lessor: Arc<Lessor>,
     pub watch_hub: Arc<WatchHub>,
-    pub attributes: Arc<MemberAttributes>,
     pub marker: Arc<SnapshotMarker>,
     pub membership: Arc<SharedMembership>,
     pub peers: Arc<PeerSet>,
@@ -141,8 +139,8 @@ impl Stage {
         self.status.set_applied(last_index);
     }
 
-    /// Decodes the entries after `already`; publishes member attributes as
-    /// they come. Membership changes apply to a copy, in order, each
+    /// Decodes the entries after `already`. Membership changes (members'
+    /// attributes among them) apply to a copy, in order, each
     /// becoming a write of the whole membership after it.
     fn decode_batch(&self, entries: &[Entry], already: u64) -> Batch {
         let mut batch = Batch::default();
@@ -161,13 +159,11 @@ impl Stage {
                     continue;
                 }
                 Decoded::Nothing => continue,
-                Decoded::Attributes(attributes) => {
-                    self.attributes.publish(attributes.id, attributes.client_urls);
-                    Change::Name {
-                        id: attributes.id,
-                        name: attributes.name,
-                    }
-                }
+                Decoded::Attributes(attributes) => Change::Attributes {
+                    id: attributes.id,
+                    name: attributes.name,
+                    client_urls: attributes.client_urls,
+                },
                 Decoded::Membership(change) => change,
             };
             let mut next = batch.membership.take().unwrap_or_else(|| (*before).clone());

@@ -25,7 +25,6 @@ use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::{raft_request, RaftRequest};
 use crate::raft::input::NodeInput;
 use crate::raft::status::RaftStatus;
-use crate::storage::attributes::MemberAttributes;
 
 /// etcd's bound on how far applying may fall behind committing, in
 /// entries: past it, new proposals are refused with "too many requests"
@@ -48,7 +47,6 @@ pub struct MemberParts {
     pub waiters: Arc<Waiters>,
     pub lessor: Arc<Lessor>,
     pub watch_hub: Arc<WatchHub>,
-    pub attributes: Arc<MemberAttributes>,
     pub node: SyncSender<NodeInput>,
     pub peers: Arc<PeerSet>,
 }
@@ -70,7 +68,6 @@ pub struct Member {
     pub waiters: Arc<Waiters>,
     pub lessor: Arc<Lessor>,
     pub watch_hub: Arc<WatchHub>,
-    pub attributes: Arc<MemberAttributes>,
     /// The store's size on disk, sampled by the server every 100 ms (the
     /// quota check reads this instead of asking sled per write).
     pub disk_bytes: AtomicU64,
@@ -109,7 +106,6 @@ impl Member {
             waiters: parts.waiters,
             lessor: parts.lessor,
             watch_hub: parts.watch_hub,
-            attributes: parts.attributes,
             disk_bytes: AtomicU64::new(0),
             node: parts.node,
             leader_channels,

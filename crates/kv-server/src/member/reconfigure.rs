@@ -6,12 +6,15 @@
 //! etcd's strict reconfiguration check (on by default) is kept:
 //!
 //! - adding or promoting a voter needs a quorum of the voters after the
-//!   change to have started (published a name), and, for an add, a quorum
-//!   of the voters to be connected to this member for
-//!   [`RECONFIG_HEALTH_INTERVAL`];
+//!   change to have started (published a name);
+//! - adding any member needs every voter connected to this member for
+//!   [`RECONFIG_HEALTH_INTERVAL`] (etcd's `isConnectedFullySince`);
 //! - removing a voter needs a quorum of the remaining voters started, and,
 //!   unless the one removed is down, enough members connected that the
 //!   quorum survives without it.
+//!
+//! Removing the leader first hands leadership to another voter, so the
+//! cluster has a leader throughout (etcd leaves an election to follow).
 //!
 //! At most [`LEARNERS_MAX`] learners, and a learner is promoted only once
 //! its log matches at least [`LEARNER_READY_FRACTION`] of the leader's,
@@ -25,7 +28,7 @@ use raft::prelude::{ConfChange, ConfChangeType};
 use tokio::sync::oneshot;
 
 use crate::error::RequestError;
-use crate::member::core::{queue_error, Member};
+use crate::member::core::{queue_error, Member, REQUEST_TIMEOUT};
 use crate::membership::{member_id, Member as ClusterMember, Membership};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::{raft_request, ConfChangeContext, MemberRecord};
@@ -47,7 +50,7 @@ pub const LEARNER_READY_FRACTION: f64 = 0.9;
 impl Member {
     /// MemberList's members: by id, with the client URLs each published.
     pub fn member_list(&self) -> Vec<pb::Member> {
-        to_pb(&self.membership.get(), &self.attributes.client_urls())
+        to_pb(&self.membership.get())
     }
 
     /// MemberAdd: returns the new member and the members after.
@@ -64,13 +67,11 @@ impl Member {
         if is_learner && membership.learner_count() >= LEARNERS_MAX {
             return Err(RequestError::TooManyLearners);
         }
-        if !is_learner {
-            if !started_quorum(&membership, None, 1) {
-                return Err(RequestError::NotEnoughStarted);
-            }
-            if !self.connected_quorum(&membership) {
-                return Err(RequestError::Unhealthy);
-            }
+        if !is_learner && !started_quorum(&membership, None, 1) {
+            return Err(RequestError::NotEnoughStarted);
+        }
+        if self.connected_voters(&membership) < membership.voter_ids().len() {
+            return Err(RequestError::Unhealthy);
         }
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let member = ClusterMember {
@@ -78,6 +79,7 @@ impl Member {
             name: String::new(),
             peer_urls,
             is_learner,
+            client_urls: Vec::new(),
         };
         if membership.removed.contains(&member.id) {
             return Err(RequestError::MemberExists);
@@ -117,8 +119,38 @@ impl Member {
                 }
             }
         }
+        self.lead_elsewhere(id).await;
         self.propose_conf_change(ConfChangeType::RemoveNode, id, None).await?;
         Ok(self.member_list())
+    }
+
+    /// Before the leader is removed, hands leadership to another voter
+    /// (this member if it is one, else a peer it is connected to), so the
+    /// cluster need not wait out an election timeout without a leader
+    /// once the old one stops. Best effort: after [`REQUEST_TIMEOUT`] the
+    /// removal goes ahead, and an election follows it.
+    async fn lead_elsewhere(&self, leaving: u64) {
+        if self.leader() != leaving {
+            return;
+        }
+        let membership = self.membership.get();
+        let voter = |id: u64| membership.get(id).is_some_and(|m| !m.is_learner);
+        let target = if leaving != self.local_id && voter(self.local_id) {
+            Some(self.local_id)
+        } else {
+            membership
+                .peers()
+                .map(|m| m.id)
+                .find(|&id| id != leaving && voter(id) && self.peers.active_since(id).is_some())
+        };
+        let Some(target) = target else { return };
+        if self.node.try_send(NodeInput::TransferLeader(target)).is_err() {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
+        while self.leader() == leaving && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(self.config.tick_interval()).await;
+        }
     }
 
     /// MemberUpdate: new peer URLs for a member; returns the members after.
@@ -162,9 +194,6 @@ impl Member {
         if !member.is_learner {
             return Err(RequestError::MemberNotLearner);
         }
-        if !started_quorum(&membership, None, 1) {
-            return Err(RequestError::NotEnoughStarted);
-        }
         let (reply, progress) = oneshot::channel();
         self.node.try_send(NodeInput::Progress { reply }).map_err(queue_error)?;
         let progress = progress.await.map_err(|_| RequestError::Stopped)?;
@@ -174,6 +203,9 @@ impl Member {
         };
         if (learner as f64) < leader as f64 * LEARNER_READY_FRACTION {
             return Err(RequestError::LearnerNotReady);
+        }
+        if !started_quorum(&membership, None, 1) {
+            return Err(RequestError::NotEnoughStarted);
         }
         self.propose_conf_change(ConfChangeType::AddNode, id, Some(member.record()))
             .await?;
@@ -224,12 +256,6 @@ impl Member {
             })
             .count()
     }
-
-    /// Whether a quorum of the voters is connected: etcd's
-    /// `isConnectedFullyToQuorum`.
-    fn connected_quorum(&self, membership: &Membership) -> bool {
-        self.connected_voters(membership) > membership.voter_ids().len() / 2
-    }
 }
 
 /// Whether a quorum of the voters after a change has started (published
@@ -265,7 +291,7 @@ fn check_urls(urls: &[String]) -> Result<(), RequestError> {
 }
 
 /// Members as etcd lists them: by id.
-fn to_pb(membership: &Membership, client_urls: &crate::storage::attributes::ClientUrls) -> Vec<pb::Member> {
+fn to_pb(membership: &Membership) -> Vec<pb::Member> {
     let mut members: Vec<pb::Member> = membership
         .members
         .iter()
@@ -273,7 +299,7 @@ fn to_pb(membership: &Membership, client_urls: &crate::storage::attributes::Clie
             id: m.id,
             name: m.name.clone(),
             peer_ur_ls: m.peer_urls.clone(),
-            client_ur_ls: client_urls.get(&m.id).cloned().unwrap_or_default(),
+            client_ur_ls: m.client_urls.clone(),
             is_learner: m.is_learner,
         })
         .collect();
@@ -291,6 +317,7 @@ mod tests {
             name: name.into(),
             peer_urls: vec![format!("http://127.0.0.1:{}", 2000 + id)],
             is_learner,
+            client_urls: Vec::new(),
         }
     }
 

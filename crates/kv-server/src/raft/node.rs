@@ -7,6 +7,7 @@
 //! through an [`Outbox`] and hands committed entries to the apply stage;
 //! it knows nothing of gRPC, so its tests run it over channels.
 
+use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,6 +56,16 @@ pub const SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT: u64 = 5000;
 /// apply; 1,000 bounds the excess over the window to a fifth of it.
 pub const LOG_COMPACTION_INTERVAL_ENTRIES: u64 = 1000;
 
+/// Proposals held while no usable leader is known, waiting for one: a
+/// thousand clients' writes through an election. Past it, "no leader".
+pub const HELD_PROPOSALS_MAX: usize = 4096;
+
+/// How many election timeouts a proposal is held waiting for a leader:
+/// two cover an election (one timeout, randomized up to twice); etcd's
+/// members hold a proposal as long until its request times out, which
+/// here would leave the client its timeout instead of "no leader".
+pub const LEADER_WAIT_ELECTIONS: u32 = 2;
+
 /// The loop's settings, from the member's flags.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeConfig {
@@ -68,6 +79,9 @@ pub struct NodeConfig {
     /// Applied entries kept in memory for followers slightly behind (see
     /// [`SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT`]).
     pub catch_up_entries: u64,
+    /// How long a proposal waits for a leader (see
+    /// [`LEADER_WAIT_ELECTIONS`]).
+    pub leader_wait: Duration,
 }
 
 /// What the loop is built from.
@@ -96,6 +110,9 @@ pub struct Node {
     snapshot_index: u64,
     /// The index the next committed entry handed to the apply stage has.
     next_to_apply: u64,
+    /// Proposals waiting for a usable leader, oldest first, each with when
+    /// it arrived.
+    held: VecDeque<(Instant, NodeInput)>,
 }
 
 impl Node {
@@ -130,6 +147,7 @@ impl Node {
             reads: ReadIndexQueue::new(parts.config.id),
             snapshot_index,
             next_to_apply: applied + 1,
+            held: VecDeque::new(),
         })
     }
 
@@ -163,11 +181,60 @@ impl Node {
             if let Some(context) = self.reads.start_round(now) {
                 self.raw.read_index(context);
             }
+            self.release_held(now);
             self.handle_ready();
         }
     }
 
+    /// Whether proposals can go to a leader: one is known, and it is a
+    /// voter (a leader that removed itself drops what it is sent).
+    fn leader_usable(&self) -> bool {
+        let raft = &self.raw.raft;
+        raft.leader_id != raft::INVALID_ID
+            && (raft.leader_id == self.config.id || raft.prs().conf().voters().contains(raft.leader_id))
+    }
+
+    /// Proposes what was held once a leader is usable; answers "no leader"
+    /// for what waited longer than `leader_wait`.
+    fn release_held(&mut self, now: Instant) {
+        if self.held.is_empty() {
+            return;
+        }
+        if self.leader_usable() {
+            for (_, input) in std::mem::take(&mut self.held) {
+                self.take(input);
+            }
+            return;
+        }
+        while let Some((arrived, _)) = self.held.front() {
+            if now.duration_since(*arrived) < self.config.leader_wait {
+                break;
+            }
+            let (_, input) = self.held.pop_front().expect("checked");
+            self.refuse(input, RequestError::NoLeader);
+        }
+    }
+
+    /// Answers a proposal with `error`.
+    fn refuse(&mut self, input: NodeInput, error: RequestError) {
+        match input {
+            NodeInput::Propose { sequence, .. } | NodeInput::ProposeConfChange { sequence, .. } => {
+                self.send_apply(ApplyInput::Dropped { sequence, error });
+            }
+            _ => unreachable!("only proposals are held"),
+        }
+    }
+
     fn take(&mut self, input: NodeInput) {
+        let proposal = matches!(input, NodeInput::Propose { .. } | NodeInput::ProposeConfChange { .. });
+        if proposal && !self.leader_usable() {
+            if self.held.len() >= HELD_PROPOSALS_MAX {
+                self.refuse(input, RequestError::NoLeader);
+            } else {
+                self.held.push_back((Instant::now(), input));
+            }
+            return;
+        }
         match input {
             NodeInput::Propose { sequence, data } => {
                 if let Err(error) = self.raw.propose(Vec::new(), data) {

@@ -1,6 +1,7 @@
 //! Goal: the raft loop, with the apply stage, a real store and a real WAL
-//! per member, works as a cluster without sockets: a proposal before any
-//! leader is refused with "no leader"; a leader is elected; proposals
+//! per member, works as a cluster without sockets: a proposal while no
+//! leader can be elected waits for one, then is refused with "no leader";
+//! a leader is elected; proposals
 //! through the leader and through a follower commit and apply on every
 //! member; a follower's ReadIndex read sees every acknowledged write; when
 //! the leader is cut off the others elect a new one and take writes, and
@@ -37,7 +38,6 @@ use crate::raft::input::{NodeInput, Outbox, NODE_INPUT_CAPACITY};
 use crate::raft::node::{Node, NodeConfig, NodeParts, SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT};
 use crate::raft::status::RaftStatus;
 use crate::server::start::bootstrap;
-use crate::storage::attributes::MemberAttributes;
 use crate::storage::durable_log::DurableLog;
 use crate::storage::layout::DataDir;
 use crate::storage::marker::SnapshotMarker;
@@ -100,6 +100,7 @@ fn start(id: u64, network: &Network) -> TestMember {
                 name: format!("m{id}"),
                 peer_urls: vec![format!("http://127.0.0.1:{}", 1000 + id)],
                 is_learner: false,
+                client_urls: Vec::new(),
             })
             .collect(),
         removed: Vec::new(),
@@ -131,6 +132,7 @@ fn start(id: u64, network: &Network) -> TestMember {
             election_ticks: 10,
             snapshot_count: 100_000,
             catch_up_entries: SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT,
+            leader_wait: TICK * 20,
         },
         log,
         store: store.clone(),
@@ -151,7 +153,6 @@ fn start(id: u64, network: &Network) -> TestMember {
         waiters: waiters.clone(),
         lessor: Arc::new(Lessor::default()),
         watch_hub: Arc::new(WatchHub::default()),
-        attributes: Arc::new(MemberAttributes::load(dir.attributes())),
         marker,
         membership: Arc::new(SharedMembership::new(membership)),
         peers,

@@ -33,7 +33,7 @@ const MEMBERS_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// id `known_id`, or else the one whose peer URLs are this member's.
 pub fn fetch_membership(config: &Config, known_id: Option<u64>) -> Result<Membership, Error> {
     let own_urls = config::urls(&config.initial_advertise_peer_urls);
-    let peer_urls: Vec<String> = initial_members(config)?
+    let peer_urls: Vec<String> = initial_members(&config.initial_cluster)?
         .into_iter()
         .flat_map(|(_, urls)| urls)
         .filter(|url| !own_urls.contains(url))

@@ -71,7 +71,7 @@ pub fn restore(args: &RestoreArgs) -> Result<PathBuf, Error> {
         flag: "initial-cluster",
         reason: e.to_string(),
     })?;
-    let membership = Membership::from_config(&config)?;
+    let membership = Membership::new_cluster(&config.initial_cluster, &config.initial_cluster_token, &config.name)?;
     let root = config.data_dir();
     if root.exists() {
         // etcdutl's words.

@@ -20,10 +20,10 @@ use crate::peer::snapshot_send::SnapshotSource;
 use crate::peer::transport::{PeerSet, PeerTransport};
 use crate::raft::input::{NodeInput, NODE_INPUT_CAPACITY};
 use crate::raft::logger;
-use crate::raft::node::{Node, NodeConfig, NodeParts};
+use crate::raft::node::{Node, NodeConfig, NodeParts, LEADER_WAIT_ELECTIONS};
 use crate::raft::status::RaftStatus;
-use crate::server::{join, serve};
-use crate::storage::attributes::MemberAttributes;
+use crate::server::join;
+use crate::server::serve;
 use crate::storage::durable_log::{DurableLog, LogOwner, LogStart};
 use crate::storage::layout::DataDir;
 use crate::storage::marker::SnapshotMarker;
@@ -34,7 +34,6 @@ struct Opened {
     store: Arc<mvcc::Store>,
     log: DurableLog,
     marker: Arc<SnapshotMarker>,
-    attributes: Arc<MemberAttributes>,
     membership: Membership,
 }
 
@@ -82,7 +81,6 @@ pub fn run(config: Config) -> Result<(), Error> {
         waiters: Arc::new(Waiters::default()),
         lessor: Arc::new(Lessor::default()),
         watch_hub: Arc::new(WatchHub::default()),
-        attributes: opened.attributes.clone(),
         node: node_sender.clone(),
         peers,
     }));
@@ -118,7 +116,6 @@ fn open(config: &Config) -> Result<Opened, Error> {
     let recorded = log.memory.rl().hard_state().commit.min(log.snapshot_index);
     Ok(Opened {
         marker: Arc::new(SnapshotMarker::new(dir.snapshot_marker(), recorded)),
-        attributes: Arc::new(MemberAttributes::load(dir.attributes())),
         store: Arc::new(store),
         log,
         dir,
@@ -142,7 +139,7 @@ fn create_log(config: &Config, dir: &DataDir, store: &mvcc::Store) -> Result<(),
         let membership = join::fetch_membership(config, None)?;
         return DurableLog::create(dir, owner_of(&membership), LogStart::Empty);
     }
-    let membership = Membership::from_config(config)?;
+    let membership = Membership::new_cluster(&config.initial_cluster, &config.initial_cluster_token, &config.name)?;
     bootstrap(dir, &membership, |index| {
         store.apply(index, &[mvcc::WriteRequest::Membership(membership.encode())])?;
         store.flush()?;
@@ -196,6 +193,7 @@ fn start_threads(
         election_ticks: member.config.election_ticks(),
         snapshot_count: member.config.snapshot_count,
         catch_up_entries: member.config.snapshot_catch_up_entries,
+        leader_wait: member.config.election_timeout() * LEADER_WAIT_ELECTIONS,
     };
     let node = Node::new(
         NodeParts {
@@ -217,7 +215,6 @@ fn start_threads(
         waiters: member.waiters.clone(),
         lessor: member.lessor.clone(),
         watch_hub: member.watch_hub.clone(),
-        attributes: opened.attributes,
         marker: opened.marker,
         membership: member.membership.clone(),
         peers: member.peers.clone(),

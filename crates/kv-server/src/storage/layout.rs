@@ -7,7 +7,6 @@
 //!     wal.tmp/                  a new member's first WAL, being written
 //!     kv/                       the MVCC store (sled)
 //!     snap                      the snapshot marker (marker.rs)
-//!     attributes.json           members' published client URLs (attributes.rs)
 //!     snap-<index>-<term>.db    a snapshot received from the leader, pending
 //!     snap-in-<index>.tmp       a snapshot being received
 //!     snap-out-<peer>.tmp       a snapshot being sent to a peer
@@ -62,10 +61,6 @@ impl DataDir {
 
     pub fn snapshot_marker(&self) -> PathBuf {
         self.member().join("snap")
-    }
-
-    pub fn attributes(&self) -> PathBuf {
-        self.member().join("attributes.json")
     }
 
     /// The pending snapshot file for raft index `index` at `term`.
@@ -135,7 +130,6 @@ mod tests {
             dir.incoming_snapshot(9),
             dir.pending_snapshot(9, 2),
             dir.snapshot_marker(),
-            dir.attributes(),
         ];
         for path in dumps.iter().chain(&kept) {
             std::fs::write(path, b"x").unwrap();

@@ -109,6 +109,9 @@ pub struct Member {
     pub env: Vec<(String, String)>,
     pub client_port: u16,
     pub peer_port: u16,
+    /// For a member added to a running cluster: the `ETCD_INITIAL_CLUSTER`
+    /// line `etcdctl member add` printed; it starts with state existing.
+    pub joins: Option<String>,
     pub child: Option<Child>,
 }
 
@@ -141,6 +144,7 @@ impl Cluster {
                 env: Vec::new(),
                 client_port: base + 10 * i,
                 peer_port: base + 10 * i + 1,
+                joins: None,
                 child: None,
             })
             .collect();
@@ -165,14 +169,18 @@ impl Cluster {
     fn initial_cluster(&self) -> String {
         self.members
             .iter()
+            .filter(|m| m.joins.is_none())
             .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
             .collect::<Vec<_>>()
             .join(",")
     }
 
     pub fn spawn(&mut self, i: usize) {
-        let initial_cluster = self.initial_cluster();
         let member = &self.members[i];
+        let (initial_cluster, state) = match &member.joins {
+            Some(line) => (line.clone(), "existing"),
+            None => (self.initial_cluster(), "new"),
+        };
         let client = format!("http://127.0.0.1:{}", member.client_port);
         let peer = format!("http://127.0.0.1:{}", member.peer_port);
         let log = std::fs::OpenOptions::new()
@@ -192,7 +200,7 @@ impl Cluster {
                 "--initial-cluster-token",
                 "test-cluster",
             ])
-            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-state", state])
             .args(&self.extra)
             .envs(member.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
