@@ -4,8 +4,10 @@
 //! over the quota raises its own when it refuses); while one is raised
 //! every member refuses puts, reads and deletes still work, `alarm list`
 //! and Status show them; `alarm disarm` clears them; and a store still
-//! over its quota refuses the next put and raises the alarm again (only a
-//! defragment gives the space back).
+//! over its quota refuses the next put and raises the alarm again. Then
+//! etcd's recovery: delete, compact, `defrag --cluster` and disarm; puts
+//! succeed again, and a key written before the quota was reached is still
+//! there.
 //!
 //! Method: one sequence of steps, run against a real etcd v3.5.17 cluster
 //! and a kv-server cluster, each three member processes on loopback with a
@@ -76,6 +78,12 @@ async fn walk_through(binary: &Path, base: u16) {
     let of_members = |ids: &[u64]| !ids.is_empty() && ids.iter().all(|id| members.contains(id));
 
     let mut kv = KvClient::new(common::connect(&first, CALL_TIMEOUT).await.expect("connect"));
+    let kept = pb::PutRequest {
+        key: b"kept".to_vec(),
+        value: b"before the quota".to_vec(),
+        ..Default::default()
+    };
+    kv.put(kept).await.expect("put before the quota");
     let mut refused = None;
     for i in 0..PUTS_MAX {
         let put = pb::PutRequest {
@@ -128,6 +136,35 @@ async fn walk_through(binary: &Path, base: u16) {
     assert!(!ok && error.contains(NO_SPACE), "still over the quota: {error}");
     let (ok, listed, _) = etcdctl(&second, &["alarm", "list"]);
     assert!(ok && of_members(&nospace_alarms(&listed)), "raised again: {listed}");
+
+    // etcd's runbook to recover: delete, compact, defragment every member,
+    // disarm; then puts succeed, and what was kept is still there.
+    let (ok, deleted, error) = etcdctl(&first, &["del", "fill/", "--prefix"]);
+    assert!(
+        ok && deleted.trim().parse::<u32>().is_ok_and(|n| n > 0),
+        "{deleted} {error}"
+    );
+    let (ok, status, _) = etcdctl(&first, &["endpoint", "status", "-w", "json"]);
+    assert!(ok);
+    let status: serde_json::Value = serde_json::from_str(&status).expect("json");
+    let revision = status[0]["Status"]["header"]["revision"].as_u64().expect("revision");
+    let (ok, compacted, error) = etcdctl(&first, &["compact", &revision.to_string()]);
+    assert!(ok, "{compacted} {error}");
+    let (ok, defragmented, error) = etcdctl(&first, &["defrag", "--cluster"]);
+    assert!(ok, "{defragmented} {error}");
+    assert_eq!(
+        defragmented.matches("Finished defragmenting etcd member").count(),
+        3,
+        "{defragmented}"
+    );
+    let (ok, _, error) = etcdctl(&first, &["alarm", "disarm"]);
+    assert!(ok, "{error}");
+    let (ok, put, error) = etcdctl(&second, &["put", "after", "recovery"]);
+    assert!(ok && put.trim() == "OK", "puts succeed again: {put} {error}");
+    let (ok, kept, _) = etcdctl(&first, &["get", "kept", "--print-value-only"]);
+    assert!(ok && kept.trim() == "before the quota", "nothing kept is lost: {kept}");
+    let (ok, after, _) = etcdctl(&first, &["get", "after", "--print-value-only"]);
+    assert!(ok && after.trim() == "recovery", "{after}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

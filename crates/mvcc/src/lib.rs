@@ -15,6 +15,8 @@
 //! - [`block`]: stored revisions, many to a sled value: the layout.
 //! - [`records`]: finding, visiting, writing and dropping stored revisions.
 //! - [`store`]: the sled implementation: open, apply, read, compact, hash.
+//! - [`defrag`]: rewriting the store compactly, and finishing a rewrite a
+//!   crash cut short.
 //! - [`error`]: errors with etcd's gRPC codes and messages.
 //!
 //! # Revisions
@@ -61,6 +63,7 @@
 //! segments.
 
 pub mod block;
+pub mod defrag;
 pub mod error;
 pub mod hash;
 pub mod index;

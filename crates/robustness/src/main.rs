@@ -130,13 +130,19 @@ async fn run_rounds(args: &Args, cluster: &mut Cluster, dir: &std::path::Path) -
     totals
 }
 
+/// A directory of this run's own: the process id alone can name a
+/// directory an earlier run on the machine left behind.
+fn default_dir() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::env::temp_dir().join(format!("robustness-{}-{nanos}", std::process::id()))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args = Args::parse();
-    let dir = args
-        .dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("robustness-{}", std::process::id())));
+    let dir = args.dir.clone().unwrap_or_else(default_dir);
     std::fs::create_dir_all(&dir).expect("the output directory");
     let env: Vec<(String, String)> = args
         .member_failpoints

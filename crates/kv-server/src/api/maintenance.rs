@@ -104,13 +104,18 @@ impl Maintenance for MaintenanceService {
                 .into_iter()
                 .map(|alarm| alarm_text(&alarm_member(alarm)))
                 .collect(),
-            db_size_in_use: db_size,
+            // Counted from time to time (see `Member::live_bytes`); never
+            // more than the size.
+            db_size_in_use: (member.live_bytes.load(Ordering::Acquire) as i64).min(db_size),
             is_learner: member.membership.get().local().is_some_and(|local| local.is_learner),
         }))
     }
 
     async fn defragment(&self, _: Request<pb::DefragmentRequest>) -> Result<Response<pb::DefragmentResponse>, Status> {
-        Err(unimplemented("Defragment"))
+        self.member.defragment().await?;
+        Ok(Response::new(pb::DefragmentResponse {
+            header: self.member.current_header(),
+        }))
     }
 
     async fn hash(&self, _: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {

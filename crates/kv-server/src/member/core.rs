@@ -71,6 +71,10 @@ pub struct Member {
     /// The store's size on disk, sampled by the server every 100 ms (the
     /// quota check reads this instead of asking sled per write).
     pub disk_bytes: AtomicU64,
+    /// Bytes of what the store holds (`Store::live_bytes`), sampled every
+    /// `DB_SIZE_IN_USE_SAMPLE` and after a defragmentation: Status's
+    /// `dbSizeInUse`.
+    pub live_bytes: AtomicU64,
     pub(super) node: SyncSender<NodeInput>,
     pub(super) leader_channels: PeerChannels,
     pub(super) lease_ids: LeaseIds,
@@ -107,6 +111,7 @@ impl Member {
             lessor: parts.lessor,
             watch_hub: parts.watch_hub,
             disk_bytes: AtomicU64::new(0),
+            live_bytes: AtomicU64::new(0),
             node: parts.node,
             leader_channels,
             lease_ids: LeaseIds::new(local_id),
@@ -248,6 +253,29 @@ impl Member {
             Ok(_) => tracing::warn!("the store reached its quota: raised the NOSPACE alarm"),
             Err(error) => tracing::warn!(%error, "could not raise the NOSPACE alarm"),
         }
+    }
+
+    /// etcd's Defragment, of this member's store only: writes and reads
+    /// wait while it runs. The sizes Status reports are sampled again at
+    /// once.
+    pub async fn defragment(self: &Arc<Self>) -> Result<(), RequestError> {
+        let member = self.clone();
+        let done = tokio::task::spawn_blocking(move || -> Result<(), mvcc::Error> {
+            member.store.defragment()?;
+            member.sample_sizes(true)
+        });
+        done.await.map_err(|_| RequestError::Stopped)??;
+        Ok(())
+    }
+
+    /// Samples the store's size on disk (for the quota and Status) and,
+    /// when asked, the bytes it holds (reads every item).
+    pub fn sample_sizes(&self, live: bool) -> Result<(), mvcc::Error> {
+        self.disk_bytes.store(self.store.size_on_disk()?, Ordering::Release);
+        if live {
+            self.live_bytes.store(self.store.live_bytes()?, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// etcd's MoveLeader: only the leader takes it; the target must be a

@@ -99,7 +99,9 @@ fn open(config: &Config) -> Result<Opened, Error> {
         tracing::info!(removed, "removed snapshot dumps left by the last run");
     }
     let store = mvcc::Store::open_with(&dir.store(), config.max_txn_ops)?;
-    if !DurableLog::exists(&dir) {
+    if DurableLog::exists(&dir) {
+        store_legacy_membership(config, &store)?;
+    } else {
         create_log(config, &dir, &store)?;
     }
     let (log, owner) = DurableLog::open(&dir, &store, |store| {
@@ -129,6 +131,24 @@ fn stored_membership(store: &mvcc::Store, local_id: u64) -> Result<Option<Member
         Some(bytes) => Ok(Some(Membership::decode(&bytes, local_id)?)),
         None => Ok(None),
     }
+}
+
+/// A data directory written before the membership was stored holds none
+/// in a store that has applied entries (a joining member's store is empty
+/// until its first snapshot, which brings the membership). Its cluster
+/// was always the one its flags describe, so the membership is taken from
+/// them, once, at the store's consistent index, as every such member does
+/// alike.
+fn store_legacy_membership(config: &Config, store: &mvcc::Store) -> Result<(), Error> {
+    let (index, record) = store.membership();
+    if record.is_some() || index == 0 {
+        return Ok(());
+    }
+    let membership = Membership::new_cluster(&config.initial_cluster, &config.initial_cluster_token, &config.name)?;
+    store.apply(index, &[mvcc::WriteRequest::Membership(membership.encode())])?;
+    store.flush()?;
+    tracing::info!("stored the membership from --initial-cluster: the data directory predates stored membership");
+    Ok(())
 }
 
 /// A first start: a member of a new cluster writes the membership from its

@@ -2,9 +2,8 @@
 //! health status, the store's size for the quota, publishing this
 //! member's client URLs, and (on the leader) revoking expired leases.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
@@ -20,6 +19,10 @@ const HEALTH_POLL: Duration = Duration::from_millis(100);
 /// overshoot the quota by what 100 ms of writes add, as etcd's can by what
 /// its backend buffers between commits.
 const DISK_SIZE_SAMPLE: Duration = Duration::from_millis(100);
+/// How often the bytes the store holds are counted for Status's
+/// `dbSizeInUse`: counting reads every item (about a second per GiB), so
+/// not often; a defragmentation counts at once.
+const DB_SIZE_IN_USE_SAMPLE: Duration = Duration::from_secs(30);
 /// Pause between attempts to publish this member's client URLs.
 const PUBLISH_RETRY: Duration = Duration::from_millis(500);
 
@@ -49,11 +52,20 @@ async fn follow_health(member: Arc<Member>, health: HealthReporter) {
     }
 }
 
+/// Samples the store's size on disk every [`DISK_SIZE_SAMPLE`], and the
+/// bytes it holds every [`DB_SIZE_IN_USE_SAMPLE`] (on a blocking thread:
+/// it reads every item).
 async fn sample_disk_size(member: Arc<Member>) {
+    let mut last_live: Option<Instant> = None;
     loop {
-        match member.store.size_on_disk() {
-            Ok(bytes) => member.disk_bytes.store(bytes, Ordering::Release),
-            Err(error) => tracing::warn!(%error, "could not read the store's size"),
+        let live = last_live.is_none_or(|at| at.elapsed() >= DB_SIZE_IN_USE_SAMPLE);
+        if live {
+            last_live = Some(Instant::now());
+        }
+        let sampler = member.clone();
+        let sampled = tokio::task::spawn_blocking(move || sampler.sample_sizes(live)).await;
+        if let Ok(Err(error)) = sampled {
+            tracing::warn!(%error, "could not read the store's size");
         }
         tokio::time::sleep(DISK_SIZE_SAMPLE).await;
     }
