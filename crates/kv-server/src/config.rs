@@ -93,9 +93,30 @@ pub struct Config {
         value_parser = parse_duration
     )]
     pub experimental_watch_progress_notify_interval: Duration,
+
+    /// Compare this member's HashKV with its peers' once it has started;
+    /// a mismatch raises the CORRUPT alarm for it.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK")]
+    pub experimental_initial_corrupt_check: bool,
+
+    /// How often the leader compares its HashKV with every member's; a
+    /// member that differs gets the CORRUPT alarm. 0 (etcd's default)
+    /// turns the check off.
+    #[arg(
+        long,
+        env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME",
+        default_value = "0s",
+        value_parser = parse_duration_or_zero
+    )]
+    pub experimental_corrupt_check_time: Duration,
 }
 
 /// A duration as etcd's flags write them (`10m`, `1m30s`, `500ms`).
+/// A duration as etcd's flags write them, where 0 means off.
+fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| e.to_string())
+}
+
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
     if duration.is_zero() {

@@ -107,8 +107,8 @@ pub enum RequestError {
     TooManyLearners,
     #[error("etcdserver: unhealthy cluster")]
     Unhealthy,
-    #[error("etcdserver: rpc not supported for learner")]
-    NotSupportedForLearner,
+    #[error("etcdserver: corrupt cluster")]
+    Corrupt,
     /// The store refused the request (its errors carry etcd's messages).
     #[error(transparent)]
     Store(#[from] mvcc::Error),

@@ -8,7 +8,17 @@
 //! writes to the third. The lease rows (unknown lease, TTL too large,
 //! lease already exists) are in `lease.rs`, asserted against real etcd
 //! too; the apply-lag "too many requests" row needs a stalled store and
-//! has its own test (`apply_lag.rs`).
+//! has its own test (`apply_lag.rs`); "corrupt cluster" needs an altered
+//! store (`corruption.rs`).
+//!
+//! The membership rows (unhealthy cluster, member not found, bad URLs,
+//! peer URLs taken, promoting a voter, too many learners, a learner not
+//! in sync) are provoked alike in a real etcd 3.5.17 cluster and a
+//! kv-server cluster, and both must answer etcd's code and message. Not
+//! provoked: "not enough started members" (a quorum that never
+//! published, which a running cluster does not have) and "member ID
+//! already exist" (ids are random); their texts are checked in the unit
+//! table (`api::errors`).
 
 mod common;
 
@@ -212,4 +222,125 @@ async fn every_error_row_matches_etcd() {
         health.contains(r#"{"health":"false","reason":"RAFT NO LEADER"}"#),
         "{health}"
     );
+}
+
+/// Runs `call` until it stops answering "unhealthy cluster" (members
+/// connected under etcd's 5 s), at most [`HEALTHY_WITHIN`]; its answer.
+async fn once_healthy<T, F: std::future::Future<Output = Result<T, tonic::Status>>>(
+    mut call: impl FnMut() -> F,
+) -> Result<T, tonic::Status> {
+    let deadline = std::time::Instant::now() + HEALTHY_WITHIN;
+    loop {
+        let answer = call().await;
+        match &answer {
+            Err(status) if status.message() == "etcdserver: unhealthy cluster" => {
+                assert!(std::time::Instant::now() < deadline, "never healthy");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            _ => return answer,
+        }
+    }
+}
+
+/// How long a cluster just started may stay "unhealthy" for
+/// reconfiguration: etcd's 5 s health interval, and some.
+const HEALTHY_WITHIN: Duration = Duration::from_secs(15);
+
+/// The membership rows, provoked the same way against `binary`'s cluster;
+/// each answer as (code, message), in order.
+async fn membership_rows(binary: &std::path::Path, base: u16) -> Vec<(Code, String)> {
+    use kv_server::proto::etcdserverpb::cluster_client::ClusterClient;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = common::Cluster::start(binary, dir.path(), base, &[]);
+    let channel = common::connect(&cluster.members[0].endpoint(), Duration::from_secs(15))
+        .await
+        .expect("connect");
+    let mut members = ClusterClient::new(channel);
+    let mut rows = Vec::new();
+    let mut row = |answer: Result<(), tonic::Status>| {
+        let status = answer.expect_err("refused");
+        rows.push((status.code(), status.message().to_string()));
+    };
+    let add = |urls: Vec<String>, is_learner: bool| pb::MemberAddRequest {
+        peer_ur_ls: urls,
+        is_learner,
+    };
+    let free_url = format!("http://127.0.0.1:{}", base + 31);
+    // Just started: not every member has been connected for 5 s.
+    row(members.member_add(add(vec![free_url.clone()], true)).await.map(drop));
+    row(members
+        .member_remove(pb::MemberRemoveRequest { id: 42 })
+        .await
+        .map(drop));
+    let update = pb::MemberUpdateRequest {
+        id: 42,
+        peer_ur_ls: vec![free_url.clone()],
+    };
+    row(members.member_update(update).await.map(drop));
+    row(members.member_add(add(vec!["not a url".into()], false)).await.map(drop));
+    let list = members
+        .member_list(pb::MemberListRequest::default())
+        .await
+        .expect("list");
+    let voter = list.into_inner().members[0].id;
+    row(members
+        .member_promote(pb::MemberPromoteRequest { id: voter })
+        .await
+        .map(drop));
+    // A learner that never starts: a second one is too many, and it
+    // cannot be promoted.
+    let learner = once_healthy(|| {
+        let mut members = members.clone();
+        let request = add(vec![free_url.clone()], true);
+        async move { members.member_add(request).await }
+    })
+    .await
+    .expect("add a learner")
+    .into_inner()
+    .member
+    .expect("the member added")
+    .id;
+    let taken = format!("http://127.0.0.1:{}", base + 1);
+    row(members.member_add(add(vec![taken], false)).await.map(drop));
+    let another = add(vec![format!("http://127.0.0.1:{}", base + 41)], true);
+    row(members.member_add(another).await.map(drop));
+    row(members
+        .member_promote(pb::MemberPromoteRequest { id: learner })
+        .await
+        .map(drop));
+    rows
+}
+
+// Goal: the membership rows answer as etcd's do.
+// Method: the same requests to a real etcd 3.5.17 cluster and a kv-server
+// cluster, right after each starts; every answer's code and message must
+// be the same, and be etcd's table's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_error_rows_match_etcd() {
+    let etcd = membership_rows(&common::etcd_tool("ETCD_BIN", "etcd"), 29379).await;
+    let ours = membership_rows(&common::kv_server(), 29479).await;
+    let expected: Vec<(Code, String)> = [
+        (Code::Unavailable, "etcdserver: unhealthy cluster"),
+        (Code::NotFound, "etcdserver: member not found"),
+        (Code::NotFound, "etcdserver: member not found"),
+        (Code::InvalidArgument, "etcdserver: given member URLs are invalid"),
+        (
+            Code::FailedPrecondition,
+            "etcdserver: can only promote a learner member",
+        ),
+        (Code::FailedPrecondition, "etcdserver: Peer URLs already exists"),
+        (
+            Code::FailedPrecondition,
+            "etcdserver: too many learner members in cluster",
+        ),
+        (
+            Code::FailedPrecondition,
+            "etcdserver: can only promote a learner member which is in sync with leader",
+        ),
+    ]
+    .into_iter()
+    .map(|(code, message)| (code, message.to_string()))
+    .collect();
+    assert_eq!(etcd, expected, "etcd's answers");
+    assert_eq!(ours, expected, "kv-server's answers");
 }

@@ -29,8 +29,7 @@ impl From<RequestError> for Status {
             | RequestError::TimedOut
             | RequestError::Stopped
             | RequestError::LeaderTransferTimedOut
-            | RequestError::Unhealthy
-            | RequestError::NotSupportedForLearner => Code::Unavailable,
+            | RequestError::Unhealthy => Code::Unavailable,
             RequestError::MemberExists
             | RequestError::PeerUrlExists
             | RequestError::NotEnoughStarted
@@ -38,6 +37,7 @@ impl From<RequestError> for Status {
             | RequestError::LearnerNotReady
             | RequestError::TooManyLearners => Code::FailedPrecondition,
             RequestError::BadMemberUrls => Code::InvalidArgument,
+            RequestError::Corrupt => Code::DataLoss,
             RequestError::MemberNotFound => Code::NotFound,
             RequestError::TooManyRequests | RequestError::NoSpace => Code::ResourceExhausted,
             RequestError::RequestTooLarge => Code::InvalidArgument,
@@ -143,11 +143,7 @@ mod tests {
                 Code::Unavailable,
                 "etcdserver: unhealthy cluster",
             ),
-            (
-                RequestError::NotSupportedForLearner,
-                Code::Unavailable,
-                "etcdserver: rpc not supported for learner",
-            ),
+            (RequestError::Corrupt, Code::DataLoss, "etcdserver: corrupt cluster"),
             (
                 RequestError::Store(mvcc::Error::Compacted),
                 Code::OutOfRange,

@@ -125,16 +125,7 @@ impl Maintenance for MaintenanceService {
     async fn hash_kv(&self, request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
         // etcd's answer: the hash, the compact revision it was taken with,
         // and the member's current revision in the header.
-        let (hash, current) = self
-            .member
-            .store
-            .hash_kv(request.into_inner().revision)
-            .map_err(|e| store_status(&e))?;
-        Ok(Response::new(pb::HashKvResponse {
-            header: self.member.header(current),
-            hash: hash.hash,
-            compact_revision: hash.compact_revision,
-        }))
+        Ok(Response::new(self.member.hash_kv(request.into_inner().revision)?))
     }
 
     type SnapshotStream = SnapshotStream;

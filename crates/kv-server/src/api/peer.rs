@@ -76,6 +76,10 @@ impl Peer for PeerService {
         Ok(Response::new(self.member.time_to_live_as_leader(request).await?))
     }
 
+    async fn hash_kv(&self, request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
+        Ok(Response::new(self.member.hash_kv(request.into_inner().revision)?))
+    }
+
     async fn members(&self, _: Request<MembersRequest>) -> Result<Response<MembershipRecord>, Status> {
         Ok(Response::new(self.member.membership.get().record()))
     }

@@ -145,6 +145,7 @@ impl Member {
 
     /// Proposes a write and waits until it is applied here.
     pub async fn propose(&self, request: raft_request::Request) -> Result<mvcc::WriteResponse, RequestError> {
+        self.refuse_if_corrupt(&request)?;
         if self.status.committed().saturating_sub(self.status.applied()) > APPLY_LAG_ENTRIES_MAX {
             return Err(RequestError::TooManyRequests);
         }

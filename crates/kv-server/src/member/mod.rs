@@ -3,6 +3,7 @@
 //! - [`core`]: `Member`, what every etcd service calls: propose a write
 //!   and wait for it to apply, linearize a read, the quota, headers,
 //!   MoveLeader.
+//! - [`corruption`]: etcd's corruption checks and the CORRUPT alarm.
 //! - [`lease`]: the member's lease operations; keep-alives go to the
 //!   leader, who alone tracks deadlines.
 //! - [`lessor`]: the leader's lease deadlines.
@@ -12,6 +13,7 @@
 //! - [`watch_hub`]: what the apply stage publishes to watch streams.
 
 pub mod core;
+pub mod corruption;
 pub mod lease;
 pub mod lease_ids;
 pub mod lessor;

@@ -59,19 +59,21 @@ impl Member {
         peer_urls: Vec<String>,
         is_learner: bool,
     ) -> Result<(pb::Member, Vec<pb::Member>), RequestError> {
+        // In etcd's order: the URLs, the strict checks, then what etcd
+        // checks when it applies the change.
         check_urls(&peer_urls)?;
         let membership = self.membership.get();
-        if membership.with_peer_url(&peer_urls).is_some() {
-            return Err(RequestError::PeerUrlExists);
-        }
-        if is_learner && membership.learner_count() >= LEARNERS_MAX {
-            return Err(RequestError::TooManyLearners);
-        }
         if !is_learner && !started_quorum(&membership, None, 1) {
             return Err(RequestError::NotEnoughStarted);
         }
         if self.connected_voters(&membership) < membership.voter_ids().len() {
             return Err(RequestError::Unhealthy);
+        }
+        if membership.with_peer_url(&peer_urls).is_some() {
+            return Err(RequestError::PeerUrlExists);
+        }
+        if is_learner && membership.learner_count() >= LEARNERS_MAX {
+            return Err(RequestError::TooManyLearners);
         }
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let member = ClusterMember {

@@ -294,6 +294,10 @@ mod tests {
             Err(Status::unimplemented("not in this test"))
         }
 
+        async fn hash_kv(&self, _: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+
         async fn members(&self, _: Request<MembersRequest>) -> Result<Response<MembershipRecord>, Status> {
             Err(Status::unimplemented("not in this test"))
         }

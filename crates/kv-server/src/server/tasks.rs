@@ -31,7 +31,15 @@ pub fn spawn(member: Arc<Member>, health: HealthReporter) {
     tokio::spawn(follow_health(member.clone(), health));
     tokio::spawn(sample_disk_size(member.clone()));
     tokio::spawn(publish_attributes(member.clone()));
-    tokio::spawn(member.revoke_expired_leases());
+    tokio::spawn(member.clone().revoke_expired_leases());
+    if member.config.experimental_initial_corrupt_check {
+        let checker = member.clone();
+        tokio::spawn(async move { checker.initial_corrupt_check().await });
+    }
+    let interval = member.config.experimental_corrupt_check_time;
+    if !interval.is_zero() {
+        tokio::spawn(async move { member.periodic_corrupt_checks(interval).await });
+    }
 }
 
 /// The gRPC health status: serving while a leader is known.

@@ -1,0 +1,158 @@
+//! etcd's corruption checks: members' HashKV compared at the same
+//! revision. Two members that applied the same entries hold the same
+//! history, so the same hash; a difference at the same compact revision
+//! means one store was altered or damaged.
+//!
+//! - **Initial** (`--experimental-initial-corrupt-check`): once a starting
+//!   member has caught up with the leader, it asks each peer for the hash
+//!   at its own revision; a peer that differs raises CORRUPT for this
+//!   member. (etcd refuses to start instead; an alarm keeps the member up
+//!   for an operator to inspect, and stops writes everywhere.)
+//! - **Periodic** (`--experimental-corrupt-check-time`): the leader asks
+//!   every peer for the hash at the leader's revision; each peer that
+//!   differs gets CORRUPT.
+//!
+//! While CORRUPT is raised every member refuses writes with etcd's
+//! "etcdserver: corrupt cluster"; reads still work, as in etcd.
+//!
+//! Hashes travel over the peer port (`Peer.HashKV`). A peer that cannot
+//! answer (down, behind the revision, or compacted past it) is skipped,
+//! as etcd skips it.
+
+use std::time::Duration;
+
+use crate::error::RequestError;
+use crate::member::core::Member;
+use crate::proto::etcdserverpb as pb;
+use crate::proto::kvserverpb::raft_request;
+
+/// etcd's `AlarmType` number for CORRUPT.
+pub const ALARM_CORRUPT: i32 = 2;
+
+/// How long the initial check waits for this member to catch up with the
+/// leader before it gives up: a restarted member replays its WAL and
+/// hears from the leader within a few election timeouts.
+pub const INITIAL_CHECK_WITHIN: Duration = Duration::from_secs(60);
+
+/// Pause between the initial check's attempts to catch up.
+const CATCH_UP_RETRY: Duration = Duration::from_millis(500);
+
+impl Member {
+    /// HashKV as etcd answers it: the hash at `revision` (0 for the
+    /// current one), the compact revision, and the current revision in
+    /// the header.
+    pub fn hash_kv(&self, revision: i64) -> Result<pb::HashKvResponse, RequestError> {
+        let (hash, current) = self.store.hash_kv(revision)?;
+        Ok(pb::HashKvResponse {
+            header: self.header(current),
+            hash: hash.hash,
+            compact_revision: hash.compact_revision,
+        })
+    }
+
+    /// The initial check; logs and raises CORRUPT for this member on a
+    /// mismatch.
+    pub async fn initial_corrupt_check(&self) {
+        let deadline = tokio::time::Instant::now() + INITIAL_CHECK_WITHIN;
+        while self.linearize().await.is_err() {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!("initial corruption check skipped: could not catch up with a leader");
+                return;
+            }
+            tokio::time::sleep(CATCH_UP_RETRY).await;
+        }
+        let own = match self.hash_kv(0) {
+            Ok(own) => own,
+            Err(error) => return tracing::warn!(%error, "initial corruption check skipped"),
+        };
+        let revision = own.header.as_ref().map_or(0, |h| h.revision);
+        let peers: Vec<u64> = self.membership.get().peers().map(|m| m.id).collect();
+        for peer in peers {
+            if self.differs(peer, revision, &own).await {
+                tracing::error!(
+                    peer = format!("{peer:x}"),
+                    revision,
+                    "found data inconsistency with peers"
+                );
+                self.raise_corrupt(self.local_id).await;
+                return;
+            }
+        }
+        tracing::info!(revision, "initial corruption check passed");
+    }
+
+    /// The periodic check, every `interval` while this member leads.
+    pub async fn periodic_corrupt_checks(&self, interval: Duration) {
+        loop {
+            tokio::time::sleep(interval).await;
+            if self.leader() != self.local_id {
+                continue;
+            }
+            let Ok(own) = self.hash_kv(0) else { continue };
+            let revision = own.header.as_ref().map_or(0, |h| h.revision);
+            let peers: Vec<u64> = self.membership.get().peers().map(|m| m.id).collect();
+            for peer in peers {
+                if self.differs(peer, revision, &own).await {
+                    tracing::error!(
+                        peer = format!("{peer:x}"),
+                        revision,
+                        "a member's hash differs from the leader's"
+                    );
+                    self.raise_corrupt(peer).await;
+                }
+            }
+        }
+    }
+
+    /// Whether `peer`'s hash at `revision` differs from `own` at the same
+    /// compact revision; false when the peer cannot say.
+    async fn differs(&self, peer: u64, revision: i64, own: &pb::HashKvResponse) -> bool {
+        let Ok(mut client) = self.leader_channels.client(peer) else {
+            return false;
+        };
+        match client.hash_kv(pb::HashKvRequest { revision }).await {
+            Ok(answer) => {
+                let answer = answer.into_inner();
+                answer.compact_revision == own.compact_revision && answer.hash != own.hash
+            }
+            Err(status) => {
+                tracing::debug!(peer = format!("{peer:x}"), %status, "no hash from a peer");
+                false
+            }
+        }
+    }
+
+    /// Raises CORRUPT for `member_id` through raft.
+    async fn raise_corrupt(&self, member_id: u64) {
+        let alarm = pb::AlarmRequest {
+            action: pb::alarm_request::AlarmAction::Activate as i32,
+            member_id,
+            alarm: ALARM_CORRUPT,
+        };
+        if let Err(error) = self.propose(raft_request::Request::Alarm(alarm)).await {
+            tracing::error!(%error, "could not raise the CORRUPT alarm");
+        }
+    }
+}
+
+impl Member {
+    /// While CORRUPT is raised, refuses every write to the store, as
+    /// etcd's corrupt applier does; alarms and membership still go
+    /// through. Reads no lock.
+    pub(super) fn refuse_if_corrupt(&self, request: &raft_request::Request) -> Result<(), RequestError> {
+        use raft_request::Request;
+        let write = matches!(
+            request,
+            Request::Put(_)
+                | Request::DeleteRange(_)
+                | Request::Txn(_)
+                | Request::Compaction(_)
+                | Request::LeaseGrant(_)
+                | Request::LeaseRevoke(_)
+        );
+        if write && self.store.has_alarm(ALARM_CORRUPT) {
+            return Err(RequestError::Corrupt);
+        }
+        Ok(())
+    }
+}
