@@ -15,6 +15,8 @@
 //! - [`block`]: stored revisions, many to a sled value: the layout.
 //! - [`records`]: finding, visiting, writing and dropping stored revisions.
 //! - [`store`]: the sled implementation: open, apply, read, compact, hash.
+//! - [`import`]: a snapshot dump written from another store's history
+//!   (how etcd's own backups are restored).
 //! - [`defrag`]: rewriting the store compactly, and finishing a rewrite a
 //!   crash cut short.
 //! - [`error`]: errors with etcd's gRPC codes and messages.
@@ -66,6 +68,7 @@ pub mod block;
 pub mod defrag;
 pub mod error;
 pub mod hash;
+pub mod import;
 pub mod index;
 pub mod key_index;
 pub mod key_value;

@@ -50,8 +50,8 @@ const META_ALARMS: &[u8] = b"malarms";
 /// The cluster's membership, opaque to the store (see
 /// [`WriteRequest::Membership`]).
 const META_MEMBERSHIP: &[u8] = b"mmembership";
-const META_CURRENT_REVISION: &[u8] = b"mcurrent_revision";
-const META_COMPACT_REVISION: &[u8] = b"mcompact_revision";
+pub(crate) const META_CURRENT_REVISION: &[u8] = b"mcurrent_revision";
+pub(crate) const META_COMPACT_REVISION: &[u8] = b"mcompact_revision";
 /// Present while a snapshot is being restored (see `restore_from`).
 const META_RESTORING: &[u8] = b"mrestoring";
 
@@ -65,6 +65,18 @@ pub const RESTORE_BATCH_BYTES: usize = 64 << 20;
 /// advise at most 10 MiB); 256 MiB stops a corrupt length from asking for
 /// gigabytes while leaving room for any sane setting.
 pub const SNAPSHOT_PART_BYTES_MAX: usize = 256 << 20;
+
+/// Writes one sled item in the snapshot layout: each of key and value as
+/// a u32 BE length, then its bytes.
+pub(crate) fn write_item(out: &mut impl std::io::Write, key: &[u8], value: &[u8]) -> std::io::Result<()> {
+    for part in [key, value] {
+        let length = u32::try_from(part.len())
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "an item over 4 GiB"))?;
+        out.write_all(&length.to_be_bytes())?;
+        out.write_all(part)?;
+    }
+    Ok(())
+}
 
 /// Reads one length-prefixed part of a snapshot; `None` at a clean end.
 fn read_part(input: &mut impl std::io::Read) -> Result<Option<Vec<u8>>> {
@@ -202,7 +214,7 @@ fn kinds_of(alarms: &BTreeSet<Alarm>) -> u32 {
         .fold(0, |kinds, alarm| kinds | 1 << alarm.kind)
 }
 
-fn lease_key(id: i64) -> [u8; 9] {
+pub(crate) fn lease_key(id: i64) -> [u8; 9] {
     let mut key = [LEASE_SPACE; 9];
     key[1..].copy_from_slice(&id.to_be_bytes());
     key
@@ -681,11 +693,7 @@ impl Store {
         let io = |e: std::io::Error| Error::Storage(format!("writing a snapshot: {e}"));
         for item in self.db.read().iter() {
             let (key, value) = item?;
-            for part in [&key[..], &value[..]] {
-                let length = u32::try_from(part.len()).map_err(|_| corrupt("stored item over 4 GiB"))?;
-                out.write_all(&length.to_be_bytes()).map_err(io)?;
-                out.write_all(part).map_err(io)?;
-            }
+            write_item(out, &key, &value).map_err(io)?;
         }
         Ok(state.consistent_index)
     }

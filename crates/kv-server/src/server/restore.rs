@@ -1,6 +1,8 @@
 //! `kv-server snapshot restore FILE`: a new member's data directory from a
-//! snapshot file saved with `etcdctl snapshot save` (`storage::backup`),
-//! as etcdutl's restore makes one from etcd's. It takes etcdutl's flags.
+//! snapshot file saved with `etcdctl snapshot save`, from kv-server
+//! (`storage::backup`) or from etcd (`storage::etcd_backup`, recognised by
+//! its bbolt magic), as etcdutl's restore makes one from etcd's. It takes
+//! etcdutl's flags.
 //!
 //! The store gets the snapshot's keys, leases and revisions, and the
 //! membership the flags describe; the raft log starts afresh for that
@@ -14,6 +16,7 @@
 //! If the command is stopped part way, the data directory is left behind
 //! and a second restore refuses it; remove it and run the restore again.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -22,8 +25,8 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::membership::Membership;
 use crate::server::start::bootstrap;
-use crate::storage::backup;
 use crate::storage::layout::DataDir;
+use crate::storage::{backup, etcd_backup};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -80,14 +83,44 @@ pub fn restore(args: &RestoreArgs) -> Result<PathBuf, Error> {
             reason: format!("data-dir {:?} exists", root.display().to_string()),
         });
     }
-    let backup = backup::open(&args.file, !args.skip_hash_check)?;
+    let from_etcd = etcd_backup::is_etcd_snapshot(&args.file)?;
+    // Checked before anything is written.
+    let backup = if from_etcd {
+        None
+    } else {
+        Some(backup::open(&args.file, !args.skip_hash_check)?)
+    };
     let dir = DataDir::new(root.clone());
     dir.create()?;
     let store = mvcc::Store::open(&dir.store())?;
     bootstrap(&dir, &membership, |index| {
-        store.restore_for_new_cluster(backup.dump, index, membership.encode())?;
+        match backup {
+            Some(backup) => store.restore_for_new_cluster(backup.dump, index, membership.encode())?,
+            None => restore_etcds(&args.file, !args.skip_hash_check, &dir, &store, index, &membership)?,
+        }
         store.flush()?;
         Ok(())
     })?;
     Ok(root)
+}
+
+/// Restores from a snapshot etcd wrote: converted to a dump in the data
+/// directory, restored from it, and the dump removed.
+fn restore_etcds(
+    file: &std::path::Path,
+    check: bool,
+    dir: &DataDir,
+    store: &mvcc::Store,
+    index: u64,
+    membership: &Membership,
+) -> Result<(), Error> {
+    let dump = dir.imported_dump();
+    let out = std::fs::File::create(&dump).map_err(Error::io(&dump))?;
+    let mut out = std::io::BufWriter::new(out);
+    etcd_backup::convert(file, check, &mut out)?;
+    out.flush().map_err(Error::io(&dump))?;
+    drop(out);
+    let input = std::fs::File::open(&dump).map_err(Error::io(&dump))?;
+    store.restore_for_new_cluster(std::io::BufReader::new(input), index, membership.encode())?;
+    std::fs::remove_file(&dump).map_err(Error::io(&dump))
 }

@@ -11,6 +11,7 @@
 //!     snap-in-<index>.tmp       a snapshot being received
 //!     snap-out-<peer>.tmp       a snapshot being sent to a peer
 //!     backup-<n>.tmp            a snapshot being written for a client
+//!     backup-import.tmp         an etcd snapshot, converted, being restored
 //! ```
 //!
 //! Indexes, terms and peer ids in names are lowercase hex, the first two
@@ -81,6 +82,12 @@ impl DataDir {
     /// A snapshot file being written for a client (`storage::backup`).
     pub fn backup(&self, n: u64) -> PathBuf {
         self.member().join(format!("backup-{n}.tmp"))
+    }
+
+    /// The store's dump converted from a snapshot of etcd's, while
+    /// `kv-server snapshot restore` builds the store from it.
+    pub fn imported_dump(&self) -> PathBuf {
+        self.member().join("backup-import.tmp")
     }
 
     /// Removes the dumps a member killed while sending a snapshot, to a
