@@ -56,6 +56,13 @@ pub enum Error {
         dir.display()
     )]
     PartialRestore { dir: PathBuf },
+    /// `kv-server snapshot restore` stopped part way through this data
+    /// directory.
+    #[error(
+        "{}: `kv-server snapshot restore` did not finish here; remove the data directory and run the restore again",
+        dir.display()
+    )]
+    UnfinishedRestore { dir: PathBuf },
 }
 
 impl Error {

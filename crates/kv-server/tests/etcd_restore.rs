@@ -13,7 +13,10 @@
 //! source's hash and compact revision at the same revision. A copy of the
 //! file with one byte changed is refused for its SHA-256; the database
 //! without the SHA-256 (a member's own file) is refused without
-//! `--skip-hash-check`, and restores with it.
+//! `--skip-hash-check`, and restores with it. A restore stopped part way
+//! (a failpoint's abort, the store half written) leaves a directory that
+//! a member refuses to start from, saying so; removed and restored again,
+//! it serves everything, as above.
 //!
 //! Needs etcd and etcdctl: `ETCD_BIN` and `ETCDCTL_BIN`, or the cache
 //! that `../shared/peers/build.sh` fills.
@@ -121,7 +124,10 @@ fn leases(endpoint: &str) -> Vec<String> {
 }
 
 fn restore(file: &Path, data_dir: &Path, peer: &str, skip_hash_check: bool) -> Output {
-    let mut command = Command::new(common::kv_server());
+    restore_with(Command::new(common::kv_server()), file, data_dir, peer, skip_hash_check)
+}
+
+fn restore_with(mut command: Command, file: &Path, data_dir: &Path, peer: &str, skip_hash_check: bool) -> Output {
     command
         .args(["snapshot", "restore"])
         .arg(file)
@@ -208,8 +214,30 @@ async fn a_snapshot_etcd_wrote_restores_unchanged() {
         String::from_utf8_lossy(&unchecked.stderr)
     );
 
+    // Killed part way: the member refuses to start from what is left, and
+    // a restore again (after removing it) comes out whole.
     let restored_dir = tempfile::tempdir().expect("tempdir");
-    let output = restore(&file, &restored_dir.path().join("infra1"), peer, false);
+    let data_dir = restored_dir.path().join("infra1");
+    let mut crash = Command::new(common::kv_server());
+    crash.env("FAILPOINTS", "mvcc::restore_started=return");
+    let crashed = restore_with(crash, &file, &data_dir, peer, false);
+    assert!(!crashed.status.success(), "the restore stops at the failpoint");
+    let start = Command::new(common::kv_server())
+        .args(["--name", "infra1", "--data-dir"])
+        .arg(&data_dir)
+        .args([
+            "--listen-client-urls",
+            "http://127.0.0.1:29679",
+            "--listen-peer-urls",
+            peer,
+        ])
+        .output()
+        .expect("start on the unfinished directory");
+    let said = String::from_utf8_lossy(&start.stderr);
+    assert!(!start.status.success() && said.contains("did not finish"), "{said}");
+    std::fs::remove_dir_all(&data_dir).expect("remove the unfinished directory");
+
+    let output = restore(&file, &data_dir, peer, false);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let restored = common::Cluster::start_members(&common::kv_server(), restored_dir.path(), 29679, 1, &[]);
     let endpoint = restored.members[0].endpoint();

@@ -749,6 +749,8 @@ impl Store {
         }
         batch.insert(META_RESTORING, &[1u8][..]);
         self.apply_restore_batch(batch)?;
+        // Crash tests stop the process here, the store marked.
+        fail::fail_point!("mvcc::restore_started", |_| std::process::abort());
         let mut batch = sled::Batch::default();
         let mut batch_bytes = 0;
         let mut snapshot_index = 0;

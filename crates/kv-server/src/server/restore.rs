@@ -13,8 +13,10 @@
 //! needed. Each member of the new cluster is restored from the same file
 //! with its own `--name`.
 //!
-//! If the command is stopped part way, the data directory is left behind
-//! and a second restore refuses it; remove it and run the restore again.
+//! If the command is stopped part way, the data directory is left behind,
+//! marked (`member/restore.unfinished`, made first and removed last): a
+//! member refuses to start from it, and a second restore refuses it;
+//! remove it and run the restore again.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -92,6 +94,11 @@ pub fn restore(args: &RestoreArgs) -> Result<PathBuf, Error> {
     };
     let dir = DataDir::new(root.clone());
     dir.create()?;
+    let unfinished = dir.unfinished_restore();
+    std::fs::File::create(&unfinished)
+        .and_then(|file| file.sync_all())
+        .map_err(Error::io(&unfinished))?;
+    sync_dir(&dir.member())?;
     let store = mvcc::Store::open(&dir.store())?;
     bootstrap(&dir, &membership, |index| {
         match backup {
@@ -101,7 +108,15 @@ pub fn restore(args: &RestoreArgs) -> Result<PathBuf, Error> {
         store.flush()?;
         Ok(())
     })?;
+    std::fs::remove_file(&unfinished).map_err(Error::io(&unfinished))?;
+    sync_dir(&dir.member())?;
     Ok(root)
+}
+
+fn sync_dir(path: &std::path::Path) -> Result<(), Error> {
+    std::fs::File::open(path)
+        .and_then(|dir| dir.sync_all())
+        .map_err(Error::io(path))
 }
 
 /// Restores from a snapshot etcd wrote: converted to a dump in the data

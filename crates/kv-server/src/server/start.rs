@@ -98,6 +98,11 @@ fn open(config: &Config) -> Result<Opened, Error> {
     if removed > 0 {
         tracing::info!(removed, "removed snapshot dumps left by the last run");
     }
+    if dir.unfinished_restore().exists() {
+        return Err(Error::UnfinishedRestore {
+            dir: dir.root().to_path_buf(),
+        });
+    }
     let store = mvcc::Store::open_with(&dir.store(), config.max_txn_ops)?;
     if DurableLog::exists(&dir) {
         store_legacy_membership(config, &store)?;
@@ -155,6 +160,13 @@ fn store_legacy_membership(config: &Config, store: &mvcc::Store) -> Result<(), E
 /// flags; a member joining a running cluster learns it from the others
 /// and starts with an empty log.
 fn create_log(config: &Config, dir: &DataDir, store: &mvcc::Store) -> Result<(), Error> {
+    // A restore stopped part way leaves the store marked; starting would
+    // serve part of the backup.
+    if store.is_restoring()? {
+        return Err(Error::UnfinishedRestore {
+            dir: dir.root().to_path_buf(),
+        });
+    }
     if config.initial_cluster_state == "existing" {
         let membership = join::fetch_membership(config, None)?;
         return DurableLog::create(dir, owner_of(&membership), LogStart::Empty);

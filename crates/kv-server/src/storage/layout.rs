@@ -12,6 +12,7 @@
 //!     snap-out-<peer>.tmp       a snapshot being sent to a peer
 //!     backup-<n>.tmp            a snapshot being written for a client
 //!     backup-import.tmp         an etcd snapshot, converted, being restored
+//!     restore.unfinished        `snapshot restore` has not finished here
 //! ```
 //!
 //! Indexes, terms and peer ids in names are lowercase hex, the first two
@@ -82,6 +83,13 @@ impl DataDir {
     /// A snapshot file being written for a client (`storage::backup`).
     pub fn backup(&self, n: u64) -> PathBuf {
         self.member().join(format!("backup-{n}.tmp"))
+    }
+
+    /// Present while `kv-server snapshot restore` builds this directory:
+    /// made first, removed last, so a restore stopped part way is never
+    /// started as a member.
+    pub fn unfinished_restore(&self) -> PathBuf {
+        self.member().join("restore.unfinished")
     }
 
     /// The store's dump converted from a snapshot of etcd's, while
