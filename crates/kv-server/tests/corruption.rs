@@ -19,7 +19,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kv_server::proto::etcdserverpb as pb;
@@ -31,18 +30,10 @@ const ALTERED: &[u8] = b"ALTERED value";
 /// How long the restarted member may take to catch up, compare and raise.
 const ALARM_WITHIN: Duration = Duration::from_secs(30);
 
+/// Runs etcdctl: whether it succeeded, and what it printed.
 fn etcdctl(endpoint: &str, args: &[&str]) -> (bool, String) {
-    let output = Command::new(common::etcd_tool("ETCDCTL_BIN", "etcdctl"))
-        .args(["--endpoints", endpoint])
-        .args(args)
-        .output()
-        .expect("run etcdctl");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.success(), text)
+    let output = common::etcdctl(endpoint, args);
+    (output.status.success(), common::text(&output))
 }
 
 /// Changes the known value in the stopped member's store in place.

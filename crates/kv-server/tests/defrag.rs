@@ -18,7 +18,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use kv_server::proto::etcdserverpb as pb;
@@ -32,13 +32,7 @@ const VALUE_BYTES: usize = 1024;
 const WRITERS: usize = 8;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn etcdctl(endpoint: &str, args: &[&str]) -> Output {
-    Command::new(common::etcd_tool("ETCDCTL_BIN", "etcdctl"))
-        .args(["--endpoints", endpoint, "--command-timeout", "60s"])
-        .args(args)
-        .output()
-        .expect("run etcdctl")
-}
+use common::etcdctl;
 
 fn succeeded(output: Output) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();

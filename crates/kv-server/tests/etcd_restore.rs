@@ -38,13 +38,7 @@ const LEASES: [i64; 2] = [0x1111, 0x2222];
 /// Puts in flight at once.
 const WRITERS: usize = 8;
 
-fn etcdctl(endpoint: &str, args: &[&str]) -> Output {
-    Command::new(common::etcd_tool("ETCDCTL_BIN", "etcdctl"))
-        .args(["--endpoints", endpoint, "--command-timeout", "60s"])
-        .args(args)
-        .output()
-        .expect("run etcdctl")
-}
+use common::etcdctl;
 
 fn json(output: Output) -> Value {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));

@@ -46,37 +46,11 @@ const BASE: u16 = 30379;
 /// etcd's health interval, and a little more.
 const HEALTH_INTERVAL: Duration = Duration::from_millis(5500);
 
-fn etcdctl(endpoints: &str, args: &[&str]) -> Output {
-    Command::new(common::etcd_tool("ETCDCTL_BIN", "etcdctl"))
-        .args(["--endpoints", endpoints, "--command-timeout", "15s"])
-        .args(args)
-        .output()
-        .expect("run etcdctl")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
+use common::{etcdctl, text};
 
 /// Runs etcdctl until it succeeds, retrying while it says `retry_on`.
 fn etcdctl_until(endpoints: &str, args: &[&str], retry_on: &str) -> Output {
-    let deadline = Instant::now() + HEALTHY_WITHIN;
-    loop {
-        let output = etcdctl(endpoints, args);
-        let said = text(&output);
-        if output.status.success() {
-            return output;
-        }
-        assert!(
-            said.contains(retry_on) && Instant::now() < deadline,
-            "etcdctl {args:?}: {said}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    common::etcdctl_until(endpoints, args, retry_on, HEALTHY_WITHIN)
 }
 
 /// Puts keys `from..to` through any member that takes them; each
@@ -254,6 +228,17 @@ async fn killed_members_lose_nothing_in_membership_changes() {
             .find(|id| !known.contains(id))
             .expect("the 5th member's id");
         let remove = format!("{fifth_id:x}");
+        // MemberUpdate first: every member lists its new peer URL.
+        let moved = format!("http://127.0.0.1:{}", BASE + 51);
+        let updated = etcdctl(&first_three, &["member", "update", &remove, "--peer-urls", &moved]);
+        assert!(updated.status.success(), "{}", text(&updated));
+        let deadline = Instant::now() + AGREE_WITHIN;
+        for &m in &all {
+            while !text(&etcdctl(&cluster.members[m].endpoint(), &["member", "list"])).contains(&moved) {
+                assert!(Instant::now() < deadline, "member {m} does not list the new peer URL");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
         kill_leader_during(&mut cluster, &all, &["member", "remove", &remove]).await;
     }
     write(&cluster, &all, 700..800, &mut acknowledged).await;

@@ -55,39 +55,7 @@ struct Outcome {
     endpoint_status: Value,
 }
 
-fn etcdctl(endpoints: &str, args: &[&str]) -> Output {
-    Command::new(common::etcd_tool("ETCDCTL_BIN", "etcdctl"))
-        .args(["--endpoints", endpoints, "--command-timeout", "30s"])
-        .args(args)
-        .output()
-        .expect("run etcdctl")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// Runs etcdctl until it succeeds, retrying while its error contains
-/// `retry_on`, at most `within`.
-fn etcdctl_until(endpoints: &str, args: &[&str], retry_on: &str, within: Duration) -> Output {
-    let deadline = Instant::now() + within;
-    loop {
-        let output = etcdctl(endpoints, args);
-        if output.status.success() {
-            return output;
-        }
-        let said = text(&output);
-        assert!(
-            said.contains(retry_on) && Instant::now() < deadline,
-            "etcdctl {args:?}: {said}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
+use common::{etcdctl, etcdctl_until, text};
 
 fn json(output: &Output) -> Value {
     assert!(output.status.success(), "{}", text(output));

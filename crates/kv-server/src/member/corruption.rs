@@ -65,20 +65,12 @@ impl Member {
             Ok(own) => own,
             Err(error) => return tracing::warn!(%error, "initial corruption check skipped"),
         };
-        let revision = own.header.as_ref().map_or(0, |h| h.revision);
-        let peers: Vec<u64> = self.membership.get().peers().map(|m| m.id).collect();
-        for peer in peers {
-            if self.differs(peer, revision, &own).await {
-                tracing::error!(
-                    peer = format!("{peer:x}"),
-                    revision,
-                    "found data inconsistency with peers"
-                );
-                self.raise_corrupt(self.local_id).await;
-                return;
-            }
+        if let Some(peer) = self.differing_peers(&own).await.first() {
+            tracing::error!(peer = format!("{peer:x}"), "found data inconsistency with peers");
+            self.raise_corrupt(self.local_id).await;
+            return;
         }
-        tracing::info!(revision, "initial corruption check passed");
+        tracing::info!("initial corruption check passed");
     }
 
     /// The periodic check, every `interval` while this member leads.
@@ -89,19 +81,24 @@ impl Member {
                 continue;
             }
             let Ok(own) = self.hash_kv(0) else { continue };
-            let revision = own.header.as_ref().map_or(0, |h| h.revision);
-            let peers: Vec<u64> = self.membership.get().peers().map(|m| m.id).collect();
-            for peer in peers {
-                if self.differs(peer, revision, &own).await {
-                    tracing::error!(
-                        peer = format!("{peer:x}"),
-                        revision,
-                        "a member's hash differs from the leader's"
-                    );
-                    self.raise_corrupt(peer).await;
-                }
+            for peer in self.differing_peers(&own).await {
+                tracing::error!(peer = format!("{peer:x}"), "a member's hash differs from the leader's");
+                self.raise_corrupt(peer).await;
             }
         }
+    }
+
+    /// The peers whose hash at `own`'s revision differs from it.
+    async fn differing_peers(&self, own: &pb::HashKvResponse) -> Vec<u64> {
+        let revision = own.header.as_ref().map_or(0, |h| h.revision);
+        let peers: Vec<u64> = self.membership.get().peers().map(|m| m.id).collect();
+        let mut differing = Vec::new();
+        for peer in peers {
+            if self.differs(peer, revision, own).await {
+                differing.push(peer);
+            }
+        }
+        differing
     }
 
     /// Whether `peer`'s hash at `revision` differs from `own` at the same

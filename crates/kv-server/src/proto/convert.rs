@@ -16,6 +16,18 @@ pub fn key_value(kv: mvcc::KeyValue) -> mvccpb::KeyValue {
     }
 }
 
+/// A key-value from etcd's wire (or etcd's own store) as the store's.
+pub fn from_key_value(kv: mvccpb::KeyValue) -> mvcc::KeyValue {
+    mvcc::KeyValue {
+        key: kv.key,
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        value: kv.value,
+        lease: kv.lease,
+    }
+}
+
 pub fn range_request(request: pb::RangeRequest) -> mvcc::RangeRequest {
     use pb::range_request::{SortOrder, SortTarget};
     mvcc::RangeRequest {

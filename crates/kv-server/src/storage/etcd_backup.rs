@@ -26,7 +26,7 @@ use prost::Message as _;
 use sha2::{Digest, Sha256};
 
 use crate::error::Error;
-use crate::proto::mvccpb;
+use crate::proto::{convert, mvccpb};
 use crate::storage::bbolt::BoltFile;
 
 /// etcd's `leasepb.Lease`, the fields read here.
@@ -89,14 +89,7 @@ pub fn convert(path: &Path, check: bool, out: impl Write) -> Result<(), Error> {
         let (revision, tombstone) =
             mvcc::revision::Revision::from_bytes(key).ok_or_else(|| corrupt(format!("a key bucket key {key:?}")))?;
         let kv = mvccpb::KeyValue::decode(value).map_err(|e| corrupt(format!("a stored key-value: {e}")))?;
-        let kv = mvcc::KeyValue {
-            key: kv.key,
-            create_revision: kv.create_revision,
-            mod_revision: kv.mod_revision,
-            version: kv.version,
-            value: kv.value,
-            lease: kv.lease,
-        };
+        let kv = convert::from_key_value(kv);
         newest = newest.max(revision.main);
         Ok(writer.record(revision, tombstone, &kv)?)
     })?;

@@ -11,6 +11,42 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Runs real etcdctl against `endpoints`, each command bounded by 60 s.
+pub fn etcdctl(endpoints: &str, args: &[&str]) -> std::process::Output {
+    Command::new(etcd_tool("ETCDCTL_BIN", "etcdctl"))
+        .args(["--endpoints", endpoints, "--command-timeout", "60s"])
+        .args(args)
+        .output()
+        .expect("run etcdctl")
+}
+
+/// What a command printed: its stdout, then its stderr.
+pub fn text(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs etcdctl until it succeeds, retrying every 500 ms while what it
+/// says contains `retry_on`, at most `within`; fails the test otherwise.
+pub fn etcdctl_until(endpoints: &str, args: &[&str], retry_on: &str, within: Duration) -> std::process::Output {
+    let deadline = Instant::now() + within;
+    loop {
+        let output = etcdctl(endpoints, args);
+        if output.status.success() {
+            return output;
+        }
+        let said = text(&output);
+        assert!(
+            said.contains(retry_on) && Instant::now() < deadline,
+            "etcdctl {args:?}: {said}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// How long a cluster may take to report every member healthy.
 pub const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
 /// How long connecting to a member may take before the attempt fails.
