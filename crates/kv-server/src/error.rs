@@ -116,6 +116,8 @@ pub enum RequestError {
     Unhealthy,
     #[error("etcdserver: corrupt cluster")]
     Corrupt,
+    #[error("etcdserver: rpc not supported for learner")]
+    NotSupportedForLearner,
     /// The store refused the request (its errors carry etcd's messages).
     #[error(transparent)]
     Store(#[from] mvcc::Error),

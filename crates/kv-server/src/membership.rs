@@ -29,6 +29,7 @@
 //! absent), judged on the same sequence of entries from the same starting
 //! point, so raft's voters and learners always match the membership's.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -293,19 +294,34 @@ pub fn initial_members(initial_cluster: &str) -> Result<Vec<(String, Vec<String>
 
 /// The membership as the member knows it now: set by the apply stage
 /// after each change, read by anyone.
-pub struct SharedMembership(RwLock<Arc<Membership>>);
+pub struct SharedMembership {
+    current: RwLock<Arc<Membership>>,
+    /// Whether this member is a learner, for the per-request check.
+    learner: AtomicBool,
+}
 
 impl SharedMembership {
     pub fn new(membership: Membership) -> SharedMembership {
-        SharedMembership(RwLock::new(Arc::new(membership)))
+        let learner = AtomicBool::new(membership.local().is_some_and(|m| m.is_learner));
+        SharedMembership {
+            current: RwLock::new(Arc::new(membership)),
+            learner,
+        }
     }
 
     pub fn get(&self) -> Arc<Membership> {
-        self.0.read().clone()
+        self.current.read().clone()
     }
 
     pub fn set(&self, membership: Membership) {
-        *self.0.write() = Arc::new(membership);
+        let learner = membership.local().is_some_and(|m| m.is_learner);
+        *self.current.write() = Arc::new(membership);
+        self.learner.store(learner, Ordering::Release);
+    }
+
+    /// Whether this member is a learner now; reads no lock.
+    pub fn local_is_learner(&self) -> bool {
+        self.learner.load(Ordering::Acquire)
     }
 }
 

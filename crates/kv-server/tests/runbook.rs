@@ -8,9 +8,11 @@
 //! 1. 1,000 keys are written;
 //! 2. `member add --learner` adds a 4th member, started with the
 //!    `ETCD_INITIAL_CLUSTER` line the command printed and state existing;
-//!    it serves the keys (serializably, as a learner may);
+//!    as a learner it refuses a put and a linearizable read with "rpc not
+//!    supported for learner";
 //! 3. `member promote` promotes it once it has caught up (tried until the
-//!    leader finds it in sync, at most [`CATCH_UP_WITHIN`]);
+//!    leader finds it in sync, at most [`CATCH_UP_WITHIN`]); it serves
+//!    every key;
 //! 4. `member remove` removes the 1st member, whose process then exits;
 //! 5. `member list` shows three voters;
 //! 6. a key written through the new member reads back linearizably from
@@ -181,6 +183,16 @@ async fn runbook(cluster: &mut common::Cluster, files: &Path) -> (PathBuf, Outco
         .and_then(|members| members.iter().find(|m| m["isLearner"] == Value::Bool(true)))
         .and_then(|m| m["ID"].as_u64())
         .expect("the learner is listed as one");
+
+    // A learner serves serializable reads only.
+    for refused in [&["put", "runbook/refused", "v"][..], &["get", "runbook/0001"][..]] {
+        let answer = etcdctl(&learner, refused);
+        let said = text(&answer);
+        assert!(
+            !answer.status.success() && said.contains("etcdserver: rpc not supported for learner"),
+            "{refused:?} on the learner: {said}"
+        );
+    }
 
     // 3. Promoted once in sync.
     let promote = format!("{learner_id:x}");

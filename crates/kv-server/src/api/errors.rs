@@ -29,7 +29,8 @@ impl From<RequestError> for Status {
             | RequestError::TimedOut
             | RequestError::Stopped
             | RequestError::LeaderTransferTimedOut
-            | RequestError::Unhealthy => Code::Unavailable,
+            | RequestError::Unhealthy
+            | RequestError::NotSupportedForLearner => Code::Unavailable,
             RequestError::MemberExists
             | RequestError::PeerUrlExists
             | RequestError::NotEnoughStarted
@@ -144,6 +145,11 @@ mod tests {
                 "etcdserver: unhealthy cluster",
             ),
             (RequestError::Corrupt, Code::DataLoss, "etcdserver: corrupt cluster"),
+            (
+                RequestError::NotSupportedForLearner,
+                Code::Unavailable,
+                "etcdserver: rpc not supported for learner",
+            ),
             (
                 RequestError::Store(mvcc::Error::Compacted),
                 Code::OutOfRange,

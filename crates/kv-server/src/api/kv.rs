@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use crate::api::errors::store_status;
+use crate::error::RequestError;
 use crate::member::core::Member;
 use crate::proto::convert;
 use crate::proto::etcdserverpb as pb;
@@ -50,6 +51,9 @@ impl Kv for KvService {
         let request = request.into_inner();
         if request.key.is_empty() {
             return Err(store_status(&mvcc::Error::EmptyKey));
+        }
+        if !request.serializable && self.member.membership.local_is_learner() {
+            return Err(RequestError::NotSupportedForLearner.into());
         }
         if !request.serializable && !stale_reads_on_purpose() {
             self.member.linearize().await?;

@@ -5,6 +5,7 @@
 //! - [`kv`], [`lease`], [`cluster`], [`maintenance`], [`watch`]: etcd's
 //!   client services.
 //! - [`http`]: `/health` and `/version`.
+//! - [`learner`]: what a learner refuses, as etcd's interceptors do.
 //! - [`peer`]: the service other members call (raft streams, snapshots,
 //!   forwarded lease calls).
 //! - [`errors`]: errors as gRPC statuses with etcd's codes.
@@ -13,6 +14,7 @@ pub mod cluster;
 pub mod errors;
 pub mod http;
 pub mod kv;
+pub mod learner;
 pub mod lease;
 pub mod maintenance;
 pub mod peer;

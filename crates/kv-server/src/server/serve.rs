@@ -11,6 +11,7 @@ use tonic_health::ServingStatus;
 use crate::api::cluster::ClusterService;
 use crate::api::http;
 use crate::api::kv::KvService;
+use crate::api::learner;
 use crate::api::lease::LeaseService;
 use crate::api::maintenance::MaintenanceService;
 use crate::api::peer::PeerService;
@@ -101,6 +102,7 @@ async fn serve_clients(
     .add_service(MaintenanceServer::new(MaintenanceService::new(member_of())).max_decoding_message_size(max_decoding))
     .add_service(health_service)
     .into_axum_router()
+    .layer(axum::middleware::from_fn_with_state(member_of(), learner::gate))
     .merge(http::routes(member_of()));
     for url in config::urls(&member.config.listen_client_urls) {
         let listener = bind(&url, "listen-client-urls").await?;
