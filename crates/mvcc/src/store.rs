@@ -379,12 +379,13 @@ impl Store {
     pub fn range(&self, request: &RangeRequest) -> Result<RangeResponse> {
         self.check_usable()?;
         let state = self.state.read();
+        let db = self.db.read();
         range::range(
             request,
             &state.index,
             state.current_revision,
             state.compact_revision,
-            |revision| load_through(&self.db.read(), &state.batch, revision),
+            |revision| load_through(&db, &state.batch, revision),
         )
     }
 
@@ -415,8 +416,9 @@ impl Store {
             return Ok(changes);
         }
         let end = RangeEnd::parse(range_end);
+        let db = self.db.read();
         visit_through(
-            &self.db.read(),
+            &db,
             &state.batch,
             Revision::new(from, 0),
             to,
@@ -425,7 +427,7 @@ impl Store {
                     return Ok(());
                 }
                 let previous = if prev_kv {
-                    previous_value(&self.db.read(), &state, &kv.key, revision.main)?
+                    previous_value(&db, &state, &kv.key, revision.main)?
                 } else {
                     None
                 };
