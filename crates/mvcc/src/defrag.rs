@@ -3,8 +3,8 @@
 //! gives back the space of what was deleted or compacted away; this is how
 //! it is won back, as etcd's Defragment rewrites its bbolt file.
 //!
-//! The rewrite goes to `<store>.defrag`. Once it is complete and flushed,
-//! the old directory moves to `<store>.old`, the new one into place, the
+//! The rewrite goes to `<store>.defrag`. Once it is complete, flushed and
+//! its directories synced, the old directory moves to `<store>.old`, the new one into place, the
 //! parent directory is synced, and the old one is removed. A crash at any
 //! point leaves one of these, which [`recover`] (run on every open)
 //! finishes or discards:
@@ -82,6 +82,27 @@ pub fn copy(from: &sled::Db, to: &sled::Db) -> Result<()> {
     Ok(())
 }
 
+/// Syncs the rewrite's directories (sled syncs its files' contents, not
+/// their entries), so that once it moves into place every file is there
+/// after a power loss too.
+pub fn sync_rewrite(path: &Path) -> Result<()> {
+    let rewrite = rewrite_path(path);
+    let entries = fs::read_dir(&rewrite).map_err(io("listing", &rewrite))?;
+    for entry in entries {
+        let entry = entry.map_err(io("listing", &rewrite))?;
+        if entry.file_type().map_err(io("listing", &rewrite))?.is_dir() {
+            sync_dir(&entry.path())?;
+        }
+    }
+    sync_dir(&rewrite)
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("syncing", dir))
+}
+
 /// Moves the complete rewrite into the place of the store at `path`, both
 /// closed, and removes the old one.
 pub fn swap_in(path: &Path) -> Result<()> {
@@ -96,13 +117,11 @@ pub fn swap_in(path: &Path) -> Result<()> {
 }
 
 fn sync_parent(path: &Path) -> Result<()> {
-    let parent = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    fs::File::open(parent)
-        .and_then(|dir| dir.sync_all())
-        .map_err(io("syncing", parent))
+    sync_dir(
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new(".")),
+    )
 }
 
 #[cfg(test)]

@@ -483,7 +483,10 @@ impl Store {
     /// an idle store's batch waits no longer than [`OPEN_BATCH_AGE_MAX`].
     pub fn commit(&self) -> Result<()> {
         self.check_usable()?;
-        commit(&self.db.read(), &self.poisoned, &mut self.state.write())
+        // The state first, then the database: the order `defragment` takes
+        // them in (arguments are evaluated left to right).
+        let mut state = self.state.write();
+        commit(&self.db.read(), &self.poisoned, &mut state)
     }
 
     fn apply_one(&self, state: &mut State, batch: &mut Batch, request: &WriteRequest) -> Applied {
@@ -854,6 +857,7 @@ impl Store {
             let fresh = open_db(&rewrite)?;
             defrag::copy(&db, &fresh)?;
         }
+        defrag::sync_rewrite(&self.path)?;
         // Crash tests stop the process here, the rewrite complete.
         fail::fail_point!("mvcc::defrag_copied", |_| std::process::abort());
         // From here the store has no database of its own until reopened.

@@ -63,7 +63,7 @@ impl Member {
         // checks when it applies the change.
         check_urls(&peer_urls)?;
         let membership = self.membership.get();
-        if !is_learner && !started_quorum(&membership, None, 1) {
+        if !is_learner && !started_quorum(&membership, None, Joining::Added) {
             return Err(RequestError::NotEnoughStarted);
         }
         if self.connected_voters(&membership) < membership.voter_ids().len() {
@@ -107,7 +107,7 @@ impl Member {
         let membership = self.membership.get();
         let member = membership.get(id).ok_or(RequestError::MemberNotFound)?;
         if !member.is_learner {
-            if !started_quorum(&membership, Some(id), 0) {
+            if !started_quorum(&membership, Some(id), Joining::None) {
                 return Err(RequestError::NotEnoughStarted);
             }
             // A member that is down is safe to remove: it is not part of
@@ -206,7 +206,7 @@ impl Member {
         if (learner as f64) < leader as f64 * LEARNER_READY_FRACTION {
             return Err(RequestError::LearnerNotReady);
         }
-        if !started_quorum(&membership, None, 1) {
+        if !started_quorum(&membership, None, Joining::Promoted) {
             return Err(RequestError::NotEnoughStarted);
         }
         self.propose_conf_change(ConfChangeType::AddNode, id, Some(member.record()))
@@ -260,18 +260,36 @@ impl Member {
     }
 }
 
+/// The voter joining in a change that [`started_quorum`] judges.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Joining {
+    None,
+    /// A member added as a voter: not started yet.
+    Added,
+    /// A learner promoted: etcd counts it as started.
+    Promoted,
+}
+
 /// Whether a quorum of the voters after a change has started (published
-/// a name): the voters without `leaving`, plus `joining` new ones, which
-/// have not started. etcd's `IsReadyToAddVotingMember`,
-/// `IsReadyToRemoveVotingMember` and `IsReadyToPromoteMember`.
-fn started_quorum(membership: &Membership, leaving: Option<u64>, joining: usize) -> bool {
+/// a name): the voters without `leaving`, plus the one `joining`. etcd's
+/// `IsReadyToAddVotingMember` (which also lets a one-member cluster,
+/// started, grow to two), `IsReadyToRemoveVotingMember` and
+/// `IsReadyToPromoteMember`.
+fn started_quorum(membership: &Membership, leaving: Option<u64>, joining: Joining) -> bool {
     let voters = membership
         .members
         .iter()
         .filter(|m| !m.is_learner && Some(m.id) != leaving);
-    let (count, started) = voters.fold((joining, 0), |(count, started), m| {
-        (count + 1, started + usize::from(!m.name.is_empty()))
-    });
+    let (count, started) = voters.fold(
+        (
+            usize::from(joining != Joining::None),
+            usize::from(joining == Joining::Promoted),
+        ),
+        |(count, started), m| (count + 1, started + usize::from(!m.name.is_empty())),
+    );
+    if joining == Joining::Added && count == 2 && started == 1 {
+        return true;
+    }
     started > count / 2
 }
 
@@ -324,8 +342,9 @@ mod tests {
     }
 
     // Goal: the started-quorum rule is etcd's: adding a voter to three
-    // started voters is fine, but not when two of three never started;
-    // removing needs a quorum of the rest started.
+    // started voters is fine, but not when two of three never started; a
+    // one-member cluster may grow to two; a promoted learner counts as
+    // started; removing needs a quorum of the rest started.
     #[test]
     fn started_quorum_follows_etcd() {
         let mut membership = Membership {
@@ -334,17 +353,31 @@ mod tests {
             members: vec![member(1, "a", false), member(2, "b", false), member(3, "c", false)],
             removed: Vec::new(),
         };
-        assert!(started_quorum(&membership, None, 1));
-        assert!(started_quorum(&membership, Some(1), 0));
-        membership.members[1].name.clear();
+        assert!(started_quorum(&membership, None, Joining::Added));
+        assert!(started_quorum(&membership, Some(1), Joining::None));
         membership.members[2].name.clear();
-        assert!(!started_quorum(&membership, None, 1));
+        assert!(!started_quorum(&membership, None, Joining::Added), "2 started of 4");
         assert!(
-            !started_quorum(&membership, Some(2), 0),
+            started_quorum(&membership, None, Joining::Promoted),
+            "3 started of 4, the learner counted"
+        );
+        membership.members[1].name.clear();
+        assert!(!started_quorum(&membership, None, Joining::Added));
+        assert!(
+            !started_quorum(&membership, Some(2), Joining::None),
             "one of the two left never started"
         );
         membership.members.push(member(4, "", true));
-        assert!(!started_quorum(&membership, None, 0), "learners do not count");
+        assert!(
+            !started_quorum(&membership, None, Joining::None),
+            "learners do not count"
+        );
+        let single = Membership {
+            members: vec![member(1, "a", false)],
+            ..membership.clone()
+        };
+        assert!(started_quorum(&single, None, Joining::Added), "one member grows to two");
+        assert!(started_quorum(&single, None, Joining::Promoted));
     }
 
     // Goal: member URLs are checked as etcd checks them.

@@ -93,7 +93,7 @@ impl Storage for RaftLog {
     /// whatever the apply stage has reached, which is at least
     /// `request_index` once the member has applied that far; until then
     /// raft is told to ask again.
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
         // The configuration is the store's at its index, which the raft
         // loop's may have passed.
         let (index, record) = self.store.membership();
@@ -109,6 +109,11 @@ impl Storage for RaftLog {
             Some(Err(error)) => return Err(raft::Error::Store(StorageError::Other(Box::new(error)))),
             None => self.conf_state(),
         };
+        // A member just added, which the store's membership does not hold
+        // yet, would refuse the snapshot: wait until the store has it.
+        if !conf_state.voters.contains(&to) && !conf_state.learners.contains(&to) {
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
+        }
         metadata.set_conf_state(conf_state);
         Ok(snapshot)
     }

@@ -165,7 +165,18 @@ impl Node {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => {
+                    // Whoever still waits on a held proposal hears why.
+                    for (_, input) in std::mem::take(&mut self.held) {
+                        if let NodeInput::Propose { sequence, .. } | NodeInput::ProposeConfChange { sequence, .. } =
+                            input
+                        {
+                            let error = RequestError::Stopped;
+                            let _ = self.apply.send(ApplyInput::Dropped { sequence, error });
+                        }
+                    }
+                    return;
+                }
             }
             let now = Instant::now();
             if now >= next_tick {
