@@ -613,10 +613,10 @@ impl Store {
         })
     }
 
-    /// The hash etcd takes while compacting at `at` (see `hash.rs`): every
-    /// revision stored at or below `at` (through the overlay of an earlier
-    /// compaction in this batch), then what this batch wrote (all newer
-    /// than anything stored).
+    /// The hash etcd takes while compacting at `at`, and HashKV's at `at`
+    /// (see `hash.rs`): every revision stored at or below `at` (through the
+    /// overlay of an earlier compaction in this batch), then what this
+    /// batch wrote (all newer than anything stored).
     fn compaction_hash(
         &self,
         batch: &Batch,
@@ -662,18 +662,8 @@ impl Store {
         }
         let at = if revision == 0 { current } else { revision };
         let keep = state.index.keep(at);
-        let mut hasher = Hasher::new(state.compact_revision, at, &keep);
-        visit_through(
-            &self.db.read(),
-            &state.batch,
-            Revision::new(1, 0),
-            at,
-            |revision, tombstone, kv| {
-                hasher.write(revision, tombstone, &kv);
-                Ok(())
-            },
-        )?;
-        Ok((hasher.finish(), current))
+        let hash = self.compaction_hash(&state.batch, state.compact_revision, at, &keep)?;
+        Ok((hash, current))
     }
 
     /// Everything the store holds, for a raft snapshot, and the raft index

@@ -293,13 +293,23 @@ impl Member {
         self.node
             .try_send(NodeInput::TransferLeader(target))
             .map_err(queue_error)?;
+        if !self.await_leader(|leader| leader == target).await {
+            return Err(RequestError::LeaderTransferTimedOut);
+        }
+        Ok(())
+    }
+
+    /// Waits until the leader this member knows (0 for none) satisfies
+    /// `done`, looked at every raft tick, at most [`REQUEST_TIMEOUT`];
+    /// whether it did.
+    pub(super) async fn await_leader(&self, done: impl Fn(u64) -> bool) -> bool {
         let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
-        while self.leader() != target {
+        while !done(self.leader()) {
             if tokio::time::Instant::now() >= deadline {
-                return Err(RequestError::LeaderTransferTimedOut);
+                return false;
             }
             tokio::time::sleep(self.config.tick_interval()).await;
         }
-        Ok(())
+        true
     }
 }

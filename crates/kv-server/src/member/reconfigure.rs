@@ -28,7 +28,7 @@ use raft::prelude::{ConfChange, ConfChangeType};
 use tokio::sync::oneshot;
 
 use crate::error::RequestError;
-use crate::member::core::{queue_error, Member, REQUEST_TIMEOUT};
+use crate::member::core::{queue_error, Member};
 use crate::membership::{member_id, Member as ClusterMember, Membership};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::{raft_request, ConfChangeContext, MemberRecord};
@@ -129,7 +129,7 @@ impl Member {
     /// Before the leader is removed, hands leadership to another voter
     /// (this member if it is one, else a peer it is connected to), so the
     /// cluster need not wait out an election timeout without a leader
-    /// once the old one stops. Best effort: after [`REQUEST_TIMEOUT`] the
+    /// once the old one stops. Best effort: after `REQUEST_TIMEOUT` the
     /// removal goes ahead, and an election follows it.
     async fn lead_elsewhere(&self, leaving: u64) {
         if self.leader() != leaving {
@@ -149,10 +149,7 @@ impl Member {
         if self.node.try_send(NodeInput::TransferLeader(target)).is_err() {
             return;
         }
-        let deadline = tokio::time::Instant::now() + REQUEST_TIMEOUT;
-        while self.leader() == leaving && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(self.config.tick_interval()).await;
-        }
+        self.await_leader(|leader| leader != leaving).await;
     }
 
     /// MemberUpdate: new peer URLs for a member; returns the members after.

@@ -168,12 +168,7 @@ impl Node {
                 Err(RecvTimeoutError::Disconnected) => {
                     // Whoever still waits on a held proposal hears why.
                     for (_, input) in std::mem::take(&mut self.held) {
-                        if let NodeInput::Propose { sequence, .. } | NodeInput::ProposeConfChange { sequence, .. } =
-                            input
-                        {
-                            let error = RequestError::Stopped;
-                            let _ = self.apply.send(ApplyInput::Dropped { sequence, error });
-                        }
+                        self.refuse(input, RequestError::Stopped);
                     }
                     return;
                 }
