@@ -118,18 +118,11 @@ fn leases(endpoint: &str) -> Vec<String> {
 }
 
 fn restore(file: &Path, data_dir: &Path, peer: &str, skip_hash_check: bool) -> Output {
-    restore_with(Command::new(common::kv_server()), file, data_dir, peer, skip_hash_check)
+    let command = common::restore_command(&[common::kv_server()], file, data_dir, peer);
+    restore_with(command, skip_hash_check)
 }
 
-fn restore_with(mut command: Command, file: &Path, data_dir: &Path, peer: &str, skip_hash_check: bool) -> Output {
-    command
-        .args(["snapshot", "restore"])
-        .arg(file)
-        .args(["--name", "infra1", "--initial-cluster-token", "test-cluster"])
-        .arg(format!("--initial-cluster=infra1={peer}"))
-        .arg(format!("--initial-advertise-peer-urls={peer}"))
-        .arg("--data-dir")
-        .arg(data_dir);
+fn restore_with(mut command: Command, skip_hash_check: bool) -> Output {
     if skip_hash_check {
         command.arg("--skip-hash-check");
     }
@@ -212,9 +205,9 @@ async fn a_snapshot_etcd_wrote_restores_unchanged() {
     // a restore again (after removing it) comes out whole.
     let restored_dir = tempfile::tempdir().expect("tempdir");
     let data_dir = restored_dir.path().join("infra1");
-    let mut crash = Command::new(common::kv_server());
+    let mut crash = common::restore_command(&[common::kv_server()], &file, &data_dir, peer);
     crash.env("FAILPOINTS", "mvcc::restore_started=return");
-    let crashed = restore_with(crash, &file, &data_dir, peer, false);
+    let crashed = restore_with(crash, false);
     assert!(!crashed.status.success(), "the restore stops at the failpoint");
     let start = Command::new(common::kv_server())
         .args(["--name", "infra1", "--data-dir"])

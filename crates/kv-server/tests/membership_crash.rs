@@ -180,20 +180,8 @@ async fn killed_members_lose_nothing_in_membership_changes() {
         &["member", "add", "infra4", "--learner", "--peer-urls", &peer],
         "unhealthy cluster",
     );
-    let said = text(&added);
-    let line = said
-        .lines()
-        .find_map(|l| l.strip_prefix("ETCD_INITIAL_CLUSTER=\""))
-        .and_then(|l| l.strip_suffix('"'))
-        .unwrap_or_else(|| panic!("no ETCD_INITIAL_CLUSTER in {said}"));
-    cluster.members.push(common::Member {
-        name: "infra4".into(),
-        env: vec![("FAILPOINTS".into(), "kv::restore=return".into())],
-        client_port: BASE + 30,
-        peer_port: BASE + 31,
-        joins: Some(line.to_string()),
-        child: None,
-    });
+    let stop = vec![("FAILPOINTS".into(), "kv::restore=return".into())];
+    cluster.add_joining("infra4", BASE + 30, &text(&added), stop);
     cluster.spawn(3);
     let deadline = Instant::now() + AGREE_WITHIN;
     while cluster.exit_status(3).is_none() {

@@ -33,7 +33,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use kv_server::proto::etcdserverpb as pb;
@@ -152,20 +152,7 @@ async fn runbook(cluster: &mut common::Cluster, files: &Path) -> (PathBuf, Outco
         "unhealthy cluster",
         HEALTHY_WITHIN,
     );
-    let said = text(&added);
-    let line = said
-        .lines()
-        .find_map(|l| l.strip_prefix("ETCD_INITIAL_CLUSTER=\""))
-        .and_then(|l| l.strip_suffix('"'))
-        .unwrap_or_else(|| panic!("no ETCD_INITIAL_CLUSTER in {said}"));
-    cluster.members.push(common::Member {
-        name: "infra4".into(),
-        env: Vec::new(),
-        client_port: base + 30,
-        peer_port: base + 31,
-        joins: Some(line.to_string()),
-        child: None,
-    });
+    cluster.add_joining("infra4", base + 30, &text(&added), Vec::new());
     cluster.spawn(3);
     cluster.wait_healthy(&[3]);
     let learner = cluster.members[3].endpoint();
@@ -247,15 +234,7 @@ async fn runbook(cluster: &mut common::Cluster, files: &Path) -> (PathBuf, Outco
 /// every key.
 async fn restore_and_check(tool: &[PathBuf], binary: &Path, file: &Path, dir: &Path, port: u16) {
     let peer = format!("http://127.0.0.1:{}", port + 1);
-    let output = Command::new(&tool[0])
-        .args(&tool[1..])
-        .args(["snapshot", "restore"])
-        .arg(file)
-        .args(["--name", "infra1", "--initial-cluster-token", "test-cluster"])
-        .arg(format!("--initial-cluster=infra1={peer}"))
-        .arg(format!("--initial-advertise-peer-urls={peer}"))
-        .arg("--data-dir")
-        .arg(dir.join("infra1"))
+    let output = common::restore_command(tool, file, &dir.join("infra1"), &peer)
         .output()
         .expect("run the restore");
     assert!(output.status.success(), "{}", text(&output));

@@ -128,14 +128,7 @@ async fn etcdctl_saves_a_snapshot_that_restores_into_a_new_member() {
     let new_dir = tempfile::tempdir().expect("tempdir");
     let peer = format!("http://127.0.0.1:{}", RESTORED_PORT + 1);
     let restore = |data_dir: &Path| {
-        Command::new(common::kv_server())
-            .args(["snapshot", "restore"])
-            .arg(&path)
-            .args(["--name", "infra1", "--initial-cluster-token", "test-cluster"])
-            .arg(format!("--initial-cluster=infra1={peer}"))
-            .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg("--data-dir")
-            .arg(data_dir)
+        common::restore_command(&[common::kv_server()], &path, data_dir, &peer)
             .output()
             .expect("run kv-server snapshot restore")
     };

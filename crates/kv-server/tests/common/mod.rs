@@ -47,6 +47,23 @@ pub fn etcdctl_until(endpoints: &str, args: &[&str], retry_on: &str, within: Dur
     }
 }
 
+/// A restore (`program snapshot restore FILE`, with etcdutl's flags) of
+/// `file` into `data_dir` for a single member `infra1` at `peer`, with
+/// the token the test clusters use; the caller adds flags and runs it.
+pub fn restore_command(program: &[PathBuf], file: &Path, data_dir: &Path, peer: &str) -> Command {
+    let mut command = Command::new(&program[0]);
+    command
+        .args(&program[1..])
+        .args(["snapshot", "restore"])
+        .arg(file)
+        .args(["--name", "infra1", "--initial-cluster-token", "test-cluster"])
+        .arg(format!("--initial-cluster=infra1={peer}"))
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .arg("--data-dir")
+        .arg(data_dir);
+    command
+}
+
 /// How long a cluster may take to report every member healthy.
 pub const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
 /// How long connecting to a member may take before the attempt fails.
@@ -196,6 +213,26 @@ impl Cluster {
         }
         cluster.wait_healthy(&all);
         cluster
+    }
+
+    /// Adds (without starting it) a member named `name` on `client_port`
+    /// (its peer port one above) that joins with what `etcdctl member
+    /// add` printed, `said`, and `env`; returns its index.
+    pub fn add_joining(&mut self, name: &str, client_port: u16, said: &str, env: Vec<(String, String)>) -> usize {
+        let line = said
+            .lines()
+            .find_map(|l| l.strip_prefix("ETCD_INITIAL_CLUSTER=\""))
+            .and_then(|l| l.strip_suffix('"'))
+            .unwrap_or_else(|| panic!("no ETCD_INITIAL_CLUSTER in {said}"));
+        self.members.push(Member {
+            name: name.into(),
+            env,
+            client_port,
+            peer_port: client_port + 1,
+            joins: Some(line.to_string()),
+            child: None,
+        });
+        self.members.len() - 1
     }
 
     pub fn endpoints(&self) -> String {
