@@ -99,9 +99,10 @@ pub struct Config {
     #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK")]
     pub experimental_initial_corrupt_check: bool,
 
-    /// How often the leader compares its HashKV with every member's; a
-    /// member that differs gets the CORRUPT alarm. 0 (etcd's default)
-    /// turns the check off.
+    /// How often the leader compares its HashKV with every member's; the
+    /// members outside the hash a quorum holds get the CORRUPT alarm
+    /// (see `member/corruption.rs`). 0 (etcd's default) turns the check
+    /// off.
     #[arg(
         long,
         env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME",

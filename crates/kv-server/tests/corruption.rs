@@ -1,18 +1,24 @@
 //! Goal: a member whose store was altered while it was stopped raises the
 //! CORRUPT alarm at start with `--experimental-initial-corrupt-check`, and
 //! the leader's periodic check (`--experimental-corrupt-check-time`)
-//! raises it for such a member too; every member then refuses writes
-//! with etcd's code and message ("etcdserver: corrupt cluster"), and
-//! reads still work.
+//! raises it for such a member too, whether the altered member follows or
+//! leads (the members that agree are a quorum, so the odd one out is
+//! named); every member then refuses writes with etcd's code and message
+//! ("etcdserver: corrupt cluster"), and reads still work.
 //!
-//! Method: for each check, three kv-server members on loopback, all
-//! started with it (the two intact ones pass the initial one; the third,
-//! restarted while another leads, is a follower for the periodic one). 200 puts, one of them a known
-//! value; once the store has written them (an idle second), the third
-//! member is killed, its store opened here, the value's bytes changed in
-//! place (same length, same revisions) and the store written back. When
-//! the member restarts, real etcdctl 3.5.17's `alarm list` must show its
-//! CORRUPT alarm within [`ALARM_WITHIN`].
+//! Method: for each case, three kv-server members on loopback. 200 puts,
+//! one of them a known value; once the store has written them (an idle
+//! second), the third member is killed, its store opened here, the
+//! value's bytes changed in place (same length, same revisions) and the
+//! store written back. The member restarts; real etcdctl 3.5.17's `alarm
+//! list` must show its CORRUPT alarm within [`ALARM_WITHIN`].
+//! - initial: every member has the check; the two intact ones pass it.
+//! - periodic, altered follower: every member has the check; whichever
+//!   leads, the altered member is the one named.
+//! - periodic, altered leader: only the altered member has the check (set
+//!   through `ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME` on its restart), and
+//!   leadership is moved to it, so it is the one comparing and must name
+//!   itself.
 //!
 //! Needs etcdctl: `ETCDCTL_BIN`, or the cache that
 //! `../shared/peers/build.sh` fills.
@@ -51,74 +57,117 @@ fn alter(store_path: &std::path::Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_altered_store_raises_corrupt_at_start() {
-    altered_member_is_found(&["--experimental-initial-corrupt-check"], 23379).await;
+    let mut cluster = Altered::start(&["--experimental-initial-corrupt-check"], 23379).await;
+    cluster.restart_altered(Vec::new());
+    cluster.expect_corrupt().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leaders_periodic_check_finds_an_altered_member() {
-    altered_member_is_found(&["--experimental-corrupt-check-time=1s"], 23479).await;
+    let mut cluster = Altered::start(&["--experimental-corrupt-check-time=1s"], 23479).await;
+    cluster.restart_altered(Vec::new());
+    cluster.expect_corrupt().await;
 }
 
-/// The walk-through in the module docs, every member started with
-/// `check`.
-async fn altered_member_is_found(check: &[&str], base: u16) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut cluster = common::Cluster::start(&common::kv_server(), dir.path(), base, check);
-    let first = cluster.members[0].endpoint();
-    let mut kv = KvClient::new(common::connect(&first, CALL_TIMEOUT).await.expect("connect"));
-    for i in 0..200 {
-        let value = if i == 100 {
-            INTACT.to_vec()
-        } else {
-            format!("value {i}").into_bytes()
-        };
-        let put = pb::PutRequest {
-            key: format!("corruption/{i:03}").into_bytes(),
-            value,
-            ..Default::default()
-        };
-        kv.put(put).await.expect("put");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_altered_leader_names_itself() {
+    let mut cluster = Altered::start(&[], 23579).await;
+    let check = ("ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME".to_string(), "1s".to_string());
+    cluster.restart_altered(vec![check]);
+    let endpoints: Vec<String> = cluster.cluster.members.iter().map(|m| m.endpoint()).collect();
+    let (leader, _) = common::leader(&endpoints, CALL_TIMEOUT).await;
+    if leader != 2 {
+        let target = format!("{:x}", cluster.altered_id);
+        let moved = common::etcdctl_until(&endpoints[leader], &["move-leader", &target], "", ALARM_WITHIN);
+        assert!(moved.status.success(), "{}", common::text(&moved));
     }
-    let third_id = common::member_id(&cluster.members[2].endpoint(), CALL_TIMEOUT).await;
-    // Idle long enough for every member's store to commit what it applied.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    cluster.kill(2);
-    alter(&dir.path().join("infra3/member/kv"));
-    cluster.spawn(2);
-    cluster.wait_healthy(&[2]);
+    cluster.expect_corrupt().await;
+}
 
-    let expected = format!("memberID:{third_id} alarm:CORRUPT");
-    let deadline = Instant::now() + ALARM_WITHIN;
-    loop {
-        let (ok, listed) = etcdctl(&first, &["alarm", "list"]);
-        assert!(ok, "{listed}");
-        if listed.contains(&expected) {
-            break;
+/// A three-member cluster whose third member's store gets altered.
+struct Altered {
+    _dir: tempfile::TempDir,
+    cluster: common::Cluster,
+    kv: KvClient<tonic::transport::Channel>,
+    altered_id: u64,
+}
+
+impl Altered {
+    /// Starts the cluster with `flags` and writes the 200 keys.
+    async fn start(flags: &[&str], base: u16) -> Altered {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cluster = common::Cluster::start(&common::kv_server(), dir.path(), base, flags);
+        let first = cluster.members[0].endpoint();
+        let mut kv = KvClient::new(common::connect(&first, CALL_TIMEOUT).await.expect("connect"));
+        for i in 0..200 {
+            let value = if i == 100 {
+                INTACT.to_vec()
+            } else {
+                format!("value {i}").into_bytes()
+            };
+            let put = pb::PutRequest {
+                key: format!("corruption/{i:03}").into_bytes(),
+                value,
+                ..Default::default()
+            };
+            kv.put(put).await.expect("put");
         }
-        assert!(
-            Instant::now() < deadline,
-            "no CORRUPT alarm for the altered member: {listed}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let altered_id = common::member_id(&cluster.members[2].endpoint(), CALL_TIMEOUT).await;
+        Altered {
+            _dir: dir,
+            cluster,
+            kv,
+            altered_id,
+        }
     }
-    let (ok, refused) = etcdctl(&first, &["put", "after", "corruption"]);
-    assert!(!ok && refused.contains("etcdserver: corrupt cluster"), "{refused}");
-    let refused = kv
-        .put(pb::PutRequest {
+
+    /// Kills the third member, alters its store and starts it again with
+    /// `env` added.
+    fn restart_altered(&mut self, env: Vec<(String, String)>) {
+        // Idle long enough for every member's store to commit what it applied.
+        std::thread::sleep(Duration::from_secs(1));
+        self.cluster.kill(2);
+        alter(&self.cluster.dir.join("infra3/member/kv"));
+        self.cluster.members[2].env = env;
+        self.cluster.spawn(2);
+        self.cluster.wait_healthy(&[2]);
+    }
+
+    /// Waits for the altered member's CORRUPT alarm, then checks that
+    /// writes are refused as etcd refuses them and reads still work.
+    async fn expect_corrupt(&mut self) {
+        let first = self.cluster.members[0].endpoint();
+        let expected = format!("memberID:{} alarm:CORRUPT", self.altered_id);
+        let deadline = Instant::now() + ALARM_WITHIN;
+        loop {
+            let (ok, listed) = etcdctl(&first, &["alarm", "list"]);
+            assert!(ok, "{listed}");
+            if listed.contains(&expected) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no CORRUPT alarm for the altered member: {listed}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let (ok, refused) = etcdctl(&first, &["put", "after", "corruption"]);
+        assert!(!ok && refused.contains("etcdserver: corrupt cluster"), "{refused}");
+        let put = pb::PutRequest {
             key: b"after".to_vec(),
             value: b"corruption".to_vec(),
             ..Default::default()
-        })
-        .await
-        .expect_err("writes are refused");
-    assert_eq!(
-        (refused.code(), refused.message()),
-        (tonic::Code::DataLoss, "etcdserver: corrupt cluster")
-    );
-    let (ok, value) = etcdctl(&first, &["get", "corruption/100", "--print-value-only"]);
-    // (etcdctl's warnings, on stderr, may come with the value.)
-    assert!(
-        ok && value.lines().any(|line| line == "intact value!"),
-        "reads still work: {value}"
-    );
+        };
+        let refused = self.kv.put(put).await.expect_err("writes are refused");
+        assert_eq!(
+            (refused.code(), refused.message()),
+            (tonic::Code::DataLoss, "etcdserver: corrupt cluster")
+        );
+        let (ok, value) = etcdctl(&first, &["get", "corruption/100", "--print-value-only"]);
+        // (etcdctl's warnings, on stderr, may come with the value.)
+        assert!(
+            ok && value.lines().any(|line| line == "intact value!"),
+            "reads still work: {value}"
+        );
+    }
 }

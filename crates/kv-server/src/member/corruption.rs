@@ -9,8 +9,14 @@
 //!   member. (etcd refuses to start instead; an alarm keeps the member up
 //!   for an operator to inspect, and stops writes everywhere.)
 //! - **Periodic** (`--experimental-corrupt-check-time`): the leader asks
-//!   every peer for the hash at the leader's revision; each peer that
-//!   differs gets CORRUPT.
+//!   every peer for the hash at the leader's revision and groups the
+//!   members (itself included) by hash. When one hash is held by a quorum
+//!   of the membership, every member outside that group gets CORRUPT,
+//!   the leader too if it is the odd one out; when no hash has a quorum,
+//!   CORRUPT is raised for member 0, the whole cluster. This is etcd
+//!   3.7's reasoning for its hash checks: etcd 3.5 raises for member 0 on
+//!   any mismatch, and a check that blamed every peer of an altered
+//!   leader would stop the wrong members.
 //!
 //! While CORRUPT is raised every member refuses writes with etcd's
 //! "etcdserver: corrupt cluster"; reads still work, as in etcd.
@@ -81,40 +87,54 @@ impl Member {
                 continue;
             }
             let Ok(own) = self.hash_kv(0) else { continue };
-            for peer in self.differing_peers(&own).await {
-                tracing::error!(peer = format!("{peer:x}"), "a member's hash differs from the leader's");
-                self.raise_corrupt(peer).await;
+            let members = self.membership.get().members.len();
+            let hashes = self.peer_hashes(&own).await;
+            for member in corrupt_members(self.local_id, own.hash, &hashes, members) {
+                tracing::error!(
+                    member = format!("{member:x}"),
+                    "a member's hash differs from the quorum's (0: no quorum agrees)"
+                );
+                self.raise_corrupt(member).await;
             }
         }
     }
 
     /// The peers whose hash at `own`'s revision differs from it.
     async fn differing_peers(&self, own: &pb::HashKvResponse) -> Vec<u64> {
-        let revision = own.header.as_ref().map_or(0, |h| h.revision);
-        let peers: Vec<u64> = self.membership.get().peers().map(|m| m.id).collect();
-        let mut differing = Vec::new();
-        for peer in peers {
-            if self.differs(peer, revision, own).await {
-                differing.push(peer);
-            }
-        }
-        differing
+        let hashes = self.peer_hashes(own).await;
+        hashes
+            .into_iter()
+            .filter(|&(_, hash)| hash != own.hash)
+            .map(|(peer, _)| peer)
+            .collect()
     }
 
-    /// Whether `peer`'s hash at `revision` differs from `own` at the same
-    /// compact revision; false when the peer cannot say.
-    async fn differs(&self, peer: u64, revision: i64, own: &pb::HashKvResponse) -> bool {
-        let Ok(mut client) = self.leader_channels.client(peer) else {
-            return false;
-        };
+    /// Each peer's hash at `own`'s revision, for the peers that answer at
+    /// `own`'s compact revision.
+    async fn peer_hashes(&self, own: &pb::HashKvResponse) -> Vec<(u64, u32)> {
+        let revision = own.header.as_ref().map_or(0, |h| h.revision);
+        let peers: Vec<u64> = self.membership.get().peers().map(|m| m.id).collect();
+        let mut hashes = Vec::new();
+        for peer in peers {
+            if let Some(hash) = self.peer_hash(peer, revision, own.compact_revision).await {
+                hashes.push((peer, hash));
+            }
+        }
+        hashes
+    }
+
+    /// `peer`'s hash at `revision`, when it answers at `compact_revision`;
+    /// None when the peer cannot say.
+    async fn peer_hash(&self, peer: u64, revision: i64, compact_revision: i64) -> Option<u32> {
+        let mut client = self.leader_channels.client(peer).ok()?;
         match client.hash_kv(pb::HashKvRequest { revision }).await {
             Ok(answer) => {
                 let answer = answer.into_inner();
-                answer.compact_revision == own.compact_revision && answer.hash != own.hash
+                (answer.compact_revision == compact_revision).then_some(answer.hash)
             }
             Err(status) => {
                 tracing::debug!(peer = format!("{peer:x}"), %status, "no hash from a peer");
-                false
+                None
             }
         }
     }
@@ -130,6 +150,27 @@ impl Member {
             tracing::error!(%error, "could not raise the CORRUPT alarm");
         }
     }
+}
+
+/// The members to raise CORRUPT for, given the leader's own hash and the
+/// peers' hashes at the same revision, in a membership of `members`: none
+/// when all agree; those outside the group a quorum holds; or member 0
+/// (the whole cluster) when no hash has a quorum.
+fn corrupt_members(leader: u64, own: u32, peers: &[(u64, u32)], members: usize) -> Vec<u64> {
+    if peers.iter().all(|&(_, hash)| hash == own) {
+        return Vec::new();
+    }
+    let quorum = members / 2 + 1;
+    let held_by = |hash: u32| usize::from(own == hash) + peers.iter().filter(|p| p.1 == hash).count();
+    let Some(agreed) = std::iter::once(own)
+        .chain(peers.iter().map(|p| p.1))
+        .find(|&hash| held_by(hash) >= quorum)
+    else {
+        return vec![0];
+    };
+    let leader = (own != agreed).then_some(leader);
+    let peers = peers.iter().filter(|p| p.1 != agreed).map(|p| p.0);
+    leader.into_iter().chain(peers).collect()
 }
 
 impl Member {
@@ -151,5 +192,29 @@ impl Member {
             return Err(RequestError::Corrupt);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::corrupt_members;
+
+    #[test]
+    fn agreement_raises_nothing() {
+        assert!(corrupt_members(1, 7, &[(2, 7), (3, 7)], 3).is_empty());
+        assert!(corrupt_members(1, 7, &[], 3).is_empty());
+    }
+
+    #[test]
+    fn the_member_outside_the_quorum_is_raised() {
+        assert_eq!(corrupt_members(1, 7, &[(2, 7), (3, 9)], 3), vec![3]);
+        assert_eq!(corrupt_members(1, 9, &[(2, 7), (3, 7)], 3), vec![1]);
+        assert_eq!(corrupt_members(1, 7, &[(2, 7), (3, 9), (4, 7), (5, 8)], 5), vec![3, 5]);
+    }
+
+    #[test]
+    fn no_quorum_raises_for_the_whole_cluster() {
+        assert_eq!(corrupt_members(1, 7, &[(2, 9)], 3), vec![0]);
+        assert_eq!(corrupt_members(1, 7, &[(2, 9), (3, 8)], 3), vec![0]);
     }
 }
