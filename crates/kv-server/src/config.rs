@@ -110,6 +110,27 @@ pub struct Config {
         value_parser = parse_duration_or_zero
     )]
     pub experimental_corrupt_check_time: Duration,
+
+    /// The auth token type: only etcd's default, `simple`, is supported.
+    #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple", value_parser = ["simple"])]
+    pub auth_token: String,
+
+    /// Seconds a simple token lives after its last use.
+    #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = crate::auth::tokens::TOKEN_TTL_DEFAULT_SECONDS)]
+    pub auth_token_ttl: u64,
+
+    /// bcrypt's cost for hashing passwords (4 to 31).
+    #[arg(
+        long,
+        env = "ETCD_BCRYPT_COST",
+        default_value_t = crate::auth::BCRYPT_COST_DEFAULT,
+        value_parser = clap::value_parser!(u32).range(4..=31)
+    )]
+    pub bcrypt_cost: u32,
+
+    /// TLS for the client and peer URLs.
+    #[command(flatten)]
+    pub tls: crate::tls::TlsFlags,
 }
 
 /// A duration as etcd's flags write them (`10m`, `1m30s`, `500ms`).
@@ -157,12 +178,18 @@ pub fn urls(list: &str) -> Vec<String> {
         .collect()
 }
 
-/// The socket address of an `http://host:port` URL. `localhost` binds the
-/// IPv4 loopback, as the default URLs intend.
+/// Whether a URL asks for TLS.
+pub fn is_https(url: &str) -> bool {
+    url.starts_with("https://")
+}
+
+/// The socket address of an `http://host:port` or `https://host:port`
+/// URL. `localhost` binds the IPv4 loopback, as the default URLs intend.
 pub fn socket_addr(url: &str) -> Result<SocketAddr, String> {
     let rest = url
         .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("{url}: only http:// and https:// URLs are supported"))?;
     let host_port = rest.trim_end_matches('/');
     let host_port = match host_port.strip_prefix("localhost:") {
         Some(port) => format!("127.0.0.1:{port}"),
@@ -196,7 +223,11 @@ mod tests {
             socket_addr("http://localhost:2379").unwrap(),
             "127.0.0.1:2379".parse().unwrap()
         );
-        assert!(socket_addr("https://127.0.0.1:2379").is_err());
+        assert_eq!(
+            socket_addr("https://127.0.0.1:2379").unwrap(),
+            "127.0.0.1:2379".parse().unwrap()
+        );
+        assert!(socket_addr("unix://127.0.0.1:2379").is_err());
         assert_eq!(
             config.experimental_watch_progress_notify_interval,
             Duration::from_secs(600)

@@ -37,6 +37,9 @@ pub enum Error {
     /// The membership the store keeps does not decode.
     #[error("the stored membership does not decode: {0}")]
     BadMembership(String),
+    /// The auth state the store keeps does not decode.
+    #[error("the stored auth state does not decode: {0}")]
+    BadAuth(String),
     /// A member joining an existing cluster could not learn its membership.
     #[error("could not join the cluster: {0}")]
     Join(String),
@@ -118,6 +121,40 @@ pub enum RequestError {
     Corrupt,
     #[error("etcdserver: rpc not supported for learner")]
     NotSupportedForLearner,
+    #[error("etcdserver: root user does not exist")]
+    RootUserNotExist,
+    #[error("etcdserver: root user does not have root role")]
+    RootRoleNotExist,
+    #[error("etcdserver: user name already exists")]
+    UserAlreadyExists,
+    #[error("etcdserver: user name is empty")]
+    UserEmpty,
+    #[error("etcdserver: user name not found")]
+    UserNotFound,
+    #[error("etcdserver: role name already exists")]
+    RoleAlreadyExists,
+    #[error("etcdserver: role name not found")]
+    RoleNotFound,
+    #[error("etcdserver: role name is empty")]
+    RoleEmpty,
+    #[error("etcdserver: authentication failed, invalid user ID or password")]
+    AuthFailed,
+    #[error("etcdserver: permission not given")]
+    PermissionNotGiven,
+    #[error("etcdserver: permission denied")]
+    PermissionDenied,
+    #[error("etcdserver: role is not granted to the user")]
+    RoleNotGranted,
+    #[error("etcdserver: permission is not granted to the role")]
+    PermissionNotGranted,
+    #[error("etcdserver: authentication is not enabled")]
+    AuthNotEnabled,
+    #[error("etcdserver: invalid auth token")]
+    InvalidAuthToken,
+    #[error("etcdserver: invalid auth management")]
+    InvalidAuthManagement,
+    #[error("etcdserver: revision of auth store is old")]
+    AuthOldRevision,
     /// The store refused the request (its errors carry etcd's messages).
     #[error(transparent)]
     Store(#[from] mvcc::Error),

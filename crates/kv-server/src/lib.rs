@@ -23,6 +23,9 @@
 //! - [`proto`]: the generated code and its conversions to store types.
 //! - [`config`], [`membership`]: etcd's flags, and the member and cluster
 //!   ids derived from them.
+//! - [`auth`]: users, roles, permissions and tokens (etcd's auth).
+//! - [`tls`]: TLS on the client and peer URLs, and who a client
+//!   certificate names.
 //! - [`error`]: errors as types; [`allocator`]: mimalloc's settings.
 //!
 //! # A write, end to end
@@ -38,6 +41,7 @@
 pub mod allocator;
 pub(crate) mod api;
 pub(crate) mod apply;
+pub(crate) mod auth;
 pub mod config;
 pub(crate) mod error;
 pub(crate) mod member;
@@ -47,6 +51,7 @@ pub mod proto;
 pub(crate) mod raft;
 pub mod server;
 pub(crate) mod storage;
+pub mod tls;
 
 pub use api::watch::outbox::WATCH_STREAM_STALLED_BYTES_MAX;
 pub use error::Error;

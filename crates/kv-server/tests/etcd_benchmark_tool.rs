@@ -13,43 +13,11 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
-
 /// Requests per run: enough for 1000 clients to each send several, small
 /// enough to finish in seconds on 2 cores.
 const TOTAL: &str = "5000";
 
-/// The longest one run may take; a watch run that misses events would
-/// otherwise wait forever.
-const RUN_AT_MOST: Duration = Duration::from_secs(120);
-
-fn benchmark(args: &[&str]) -> String {
-    let tool = common::etcd_tool("ETCD_BENCHMARK_BIN", "etcd-benchmark");
-    let child = Command::new(tool)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run benchmark");
-    // Output is drained by wait_with_output in a thread; the deadline is
-    // kept here.
-    let pid = child.id();
-    let (done, finished) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let output = child.wait_with_output();
-        let _ = done.send(());
-        output
-    });
-    if finished.recv_timeout(RUN_AT_MOST).is_err() {
-        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-        panic!("benchmark {args:?} ran over {RUN_AT_MOST:?}");
-    }
-    let output = waiter.join().expect("waiter").expect("benchmark output");
-    let report = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "benchmark {args:?} failed:\n{report}");
-    report
-}
+use common::etcd_benchmark as benchmark;
 
 fn requests_per_second(report: &str) -> f64 {
     report

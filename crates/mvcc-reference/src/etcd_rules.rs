@@ -34,7 +34,8 @@ pub fn check(request: &WriteRequest) -> Result<()> {
         | WriteRequest::LeaseRevoke(_)
         | WriteRequest::Compaction(_)
         | WriteRequest::Alarm(_)
-        | WriteRequest::Membership(_) => Ok(()),
+        | WriteRequest::Membership(_)
+        | WriteRequest::Auth(_) => Ok(()),
     }
 }
 

@@ -400,6 +400,7 @@ impl Model {
             WriteRequest::Alarm(request) => Some(Ok(WriteResponse::Alarm(self.change_alarm(request)))),
             // The membership is kept for the server, opaque: no revision.
             WriteRequest::Membership(_) => Some(Ok(WriteResponse::Membership)),
+            WriteRequest::Auth(_) => Some(Ok(WriteResponse::Auth)),
             _ => None,
         };
         if let Some(response) = response {
@@ -446,7 +447,8 @@ impl Model {
             WriteRequest::Compaction(_)
             | WriteRequest::LeaseGrant(_)
             | WriteRequest::Alarm(_)
-            | WriteRequest::Membership(_) => unreachable!(),
+            | WriteRequest::Membership(_)
+            | WriteRequest::Auth(_) => unreachable!(),
         };
         let (view, events) = (txn.view(), std::mem::take(&mut txn.events));
         self.current = view;

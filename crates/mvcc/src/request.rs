@@ -218,6 +218,10 @@ pub enum WriteRequest {
     /// store keeps it, opaque, so that it travels in every snapshot and
     /// stays in step with the applied index. It does not move the revision.
     Membership(Vec<u8>),
+    /// The auth state (users, roles, whether auth is on, its revision)
+    /// after a change, encoded by the server and kept opaque, as the
+    /// membership is. It does not move the revision.
+    Auth(Vec<u8>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,6 +234,7 @@ pub enum WriteResponse {
     Alarm(AlarmResponse),
     LeaseRevoke(LeaseRevokeResponse),
     Membership,
+    Auth,
 }
 
 /// One applied request: its answer, and the changes it made in order.

@@ -50,6 +50,8 @@ const META_ALARMS: &[u8] = b"malarms";
 /// The cluster's membership, opaque to the store (see
 /// [`WriteRequest::Membership`]).
 const META_MEMBERSHIP: &[u8] = b"mmembership";
+/// The auth state, opaque to the store (see [`WriteRequest::Auth`]).
+const META_AUTH: &[u8] = b"mauth";
 pub(crate) const META_CURRENT_REVISION: &[u8] = b"mcurrent_revision";
 pub(crate) const META_COMPACT_REVISION: &[u8] = b"mcompact_revision";
 /// Present while a snapshot is being restored (see `restore_from`).
@@ -154,6 +156,8 @@ struct State {
     alarms: BTreeSet<Alarm>,
     /// The membership record, as stored under `META_MEMBERSHIP`.
     membership: Option<Vec<u8>>,
+    /// The auth record, as stored under `META_AUTH`.
+    auth: Option<Vec<u8>>,
 }
 
 /// A multi-version store on sled with etcd's revision semantics.
@@ -181,6 +185,21 @@ enum RestoreFor {
 }
 
 /// Reads the raised alarms from storage.
+/// Keeps the server's opaque membership or auth record (see
+/// [`WriteRequest::Membership`], [`WriteRequest::Auth`]).
+fn keep_record(state: &mut State, batch: &mut Batch, request: &WriteRequest, record: &[u8]) -> Applied {
+    let (key, kept, response) = match request {
+        WriteRequest::Membership(_) => (META_MEMBERSHIP, &mut state.membership, WriteResponse::Membership),
+        _ => (META_AUTH, &mut state.auth, WriteResponse::Auth),
+    };
+    batch.sled.insert(key, record);
+    *kept = Some(record.to_vec());
+    Applied {
+        response: Ok(response),
+        events: Vec::new(),
+    }
+}
+
 fn read_alarms(db: &sled::Db) -> Result<BTreeSet<Alarm>> {
     let Some(bytes) = db.get(META_ALARMS)? else {
         return Ok(BTreeSet::new());
@@ -314,6 +333,7 @@ impl Store {
         let alarms = read_alarms(&db)?;
         let alarm_kinds = AtomicU32::new(kinds_of(&alarms));
         let membership = db.get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec());
+        let auth = db.get(META_AUTH)?.map(|bytes| bytes.to_vec());
         Ok(Store {
             path: path.to_path_buf(),
             db: RwLock::new(db),
@@ -327,6 +347,7 @@ impl Store {
                 batch: Batch::default(),
                 alarms,
                 membership,
+                auth,
             }),
             alarm_kinds,
             max_txn_ops,
@@ -509,13 +530,8 @@ impl Store {
                     events: Vec::new(),
                 }
             }
-            WriteRequest::Membership(record) => {
-                batch.sled.insert(META_MEMBERSHIP, record.clone());
-                state.membership = Some(record.clone());
-                return Applied {
-                    response: Ok(WriteResponse::Membership),
-                    events: Vec::new(),
-                };
+            WriteRequest::Membership(record) | WriteRequest::Auth(record) => {
+                return keep_record(state, batch, request, record);
             }
             WriteRequest::Alarm(request) => {
                 let response = change_alarm(state, batch, request);
@@ -546,7 +562,8 @@ impl Store {
             WriteRequest::Compaction(_)
             | WriteRequest::LeaseGrant(_)
             | WriteRequest::Alarm(_)
-            | WriteRequest::Membership(_) => {
+            | WriteRequest::Membership(_)
+            | WriteRequest::Auth(_) => {
                 unreachable!("handled above")
             }
         };
@@ -793,6 +810,7 @@ impl Store {
             batch: Batch::default(),
             alarms,
             membership: self.db.read().get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec()),
+            auth: self.db.read().get(META_AUTH)?.map(|bytes| bytes.to_vec()),
         };
         Ok(())
     }
@@ -809,6 +827,12 @@ impl Store {
     /// when the process stopped. See [`Store::restore_from`].
     pub fn is_restoring(&self) -> Result<bool> {
         Ok(self.db.read().contains_key(META_RESTORING)?)
+    }
+
+    /// The auth record last applied (see [`WriteRequest::Auth`]), if
+    /// auth was ever changed.
+    pub fn auth(&self) -> Option<Vec<u8>> {
+        self.state.read().auth.clone()
     }
 
     /// The membership record last applied (see

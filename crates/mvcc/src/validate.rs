@@ -23,7 +23,8 @@ pub fn check_write(request: &WriteRequest, max_txn_ops: usize) -> Result<()> {
         WriteRequest::Compaction(_)
         | WriteRequest::LeaseRevoke(_)
         | WriteRequest::Alarm(_)
-        | WriteRequest::Membership(_) => Ok(()),
+        | WriteRequest::Membership(_)
+        | WriteRequest::Auth(_) => Ok(()),
         WriteRequest::LeaseGrant(grant) => check_lease_grant(grant),
     }
 }

@@ -43,6 +43,23 @@ impl From<RequestError> for Status {
             RequestError::TooManyRequests | RequestError::NoSpace => Code::ResourceExhausted,
             RequestError::RequestTooLarge => Code::InvalidArgument,
             RequestError::NotLeader | RequestError::BadLeaderTransferee => Code::FailedPrecondition,
+            RequestError::RootUserNotExist
+            | RequestError::RootRoleNotExist
+            | RequestError::UserAlreadyExists
+            | RequestError::UserNotFound
+            | RequestError::RoleAlreadyExists
+            | RequestError::RoleNotFound
+            | RequestError::RoleNotGranted
+            | RequestError::PermissionNotGranted
+            | RequestError::AuthNotEnabled => Code::FailedPrecondition,
+            RequestError::UserEmpty
+            | RequestError::RoleEmpty
+            | RequestError::AuthFailed
+            | RequestError::PermissionNotGiven
+            | RequestError::InvalidAuthManagement
+            | RequestError::AuthOldRevision => Code::InvalidArgument,
+            RequestError::PermissionDenied => Code::PermissionDenied,
+            RequestError::InvalidAuthToken => Code::Unauthenticated,
         };
         Status::new(code, error.to_string())
     }
@@ -149,6 +166,91 @@ mod tests {
                 RequestError::NotSupportedForLearner,
                 Code::Unavailable,
                 "etcdserver: rpc not supported for learner",
+            ),
+            (
+                RequestError::RootUserNotExist,
+                Code::FailedPrecondition,
+                "etcdserver: root user does not exist",
+            ),
+            (
+                RequestError::RootRoleNotExist,
+                Code::FailedPrecondition,
+                "etcdserver: root user does not have root role",
+            ),
+            (
+                RequestError::UserAlreadyExists,
+                Code::FailedPrecondition,
+                "etcdserver: user name already exists",
+            ),
+            (
+                RequestError::UserEmpty,
+                Code::InvalidArgument,
+                "etcdserver: user name is empty",
+            ),
+            (
+                RequestError::UserNotFound,
+                Code::FailedPrecondition,
+                "etcdserver: user name not found",
+            ),
+            (
+                RequestError::RoleAlreadyExists,
+                Code::FailedPrecondition,
+                "etcdserver: role name already exists",
+            ),
+            (
+                RequestError::RoleNotFound,
+                Code::FailedPrecondition,
+                "etcdserver: role name not found",
+            ),
+            (
+                RequestError::RoleEmpty,
+                Code::InvalidArgument,
+                "etcdserver: role name is empty",
+            ),
+            (
+                RequestError::AuthFailed,
+                Code::InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password",
+            ),
+            (
+                RequestError::PermissionNotGiven,
+                Code::InvalidArgument,
+                "etcdserver: permission not given",
+            ),
+            (
+                RequestError::PermissionDenied,
+                Code::PermissionDenied,
+                "etcdserver: permission denied",
+            ),
+            (
+                RequestError::RoleNotGranted,
+                Code::FailedPrecondition,
+                "etcdserver: role is not granted to the user",
+            ),
+            (
+                RequestError::PermissionNotGranted,
+                Code::FailedPrecondition,
+                "etcdserver: permission is not granted to the role",
+            ),
+            (
+                RequestError::AuthNotEnabled,
+                Code::FailedPrecondition,
+                "etcdserver: authentication is not enabled",
+            ),
+            (
+                RequestError::InvalidAuthToken,
+                Code::Unauthenticated,
+                "etcdserver: invalid auth token",
+            ),
+            (
+                RequestError::InvalidAuthManagement,
+                Code::InvalidArgument,
+                "etcdserver: invalid auth management",
+            ),
+            (
+                RequestError::AuthOldRevision,
+                Code::InvalidArgument,
+                "etcdserver: revision of auth store is old",
             ),
             (
                 RequestError::Store(mvcc::Error::Compacted),

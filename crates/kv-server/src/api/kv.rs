@@ -11,7 +11,9 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use crate::api::errors::store_status;
+use crate::auth::perms::Access;
 use crate::error::RequestError;
+use crate::member::auth::txn_touches;
 use crate::member::core::Member;
 use crate::proto::convert;
 use crate::proto::etcdserverpb as pb;
@@ -48,6 +50,15 @@ fn txn_put_bytes(txn: &mvcc::TxnRequest) -> usize {
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
+        let touch = (
+            &request.get_ref().key[..],
+            &request.get_ref().range_end[..],
+            Access::Read,
+        );
+        let caller = self
+            .member
+            .authorize(request.metadata(), request.extensions(), &[touch])
+            .await?;
         let request = request.into_inner();
         if request.key.is_empty() {
             return Err(store_status(&mvcc::Error::EmptyKey));
@@ -63,15 +74,39 @@ impl Kv for KvService {
             .store
             .range(&convert::range_request(request))
             .map_err(|e| store_status(&e))?;
+        // As etcd: a read checked at an auth revision that changed while
+        // it ran is not answered.
+        self.member.still_authorized(&caller)?;
         let header = self.member.header(response.revision);
         Ok(Response::new(convert::range_response(response, header)))
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        let caller = {
+            let put = request.get_ref();
+            let mut touches = vec![(&put.key[..], &[][..], Access::Write)];
+            if put.prev_kv {
+                touches.push((&put.key[..], &[][..], Access::Read));
+            }
+            if put.lease != 0 {
+                // As etcd: attaching a key to a lease needs what revoking
+                // it would (the lease's keys are deleted with it).
+                self.member
+                    .authorize_lease_revoke(request.metadata(), request.extensions(), put.lease)
+                    .await?;
+            }
+            self.member
+                .authorize(request.metadata(), request.extensions(), &touches)
+                .await?
+        };
         let request = request.into_inner();
         mvcc::validate::check_put(&convert::put_request(request.clone())).map_err(|e| store_status(&e))?;
         self.member.check_quota(request.key.len() + request.value.len()).await?;
-        match self.member.propose(raft_request::Request::Put(request)).await? {
+        match self
+            .member
+            .propose_as(raft_request::Request::Put(request), &caller)
+            .await?
+        {
             mvcc::WriteResponse::Put(response) => {
                 let header = self.member.header(response.revision);
                 Ok(Response::new(convert::put_response(response, header)))
@@ -84,11 +119,25 @@ impl Kv for KvService {
         &self,
         request: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        let caller = {
+            let delete = request.get_ref();
+            let mut touches = vec![(&delete.key[..], &delete.range_end[..], Access::Write)];
+            if delete.prev_kv {
+                touches.push((&delete.key[..], &delete.range_end[..], Access::Read));
+            }
+            self.member
+                .authorize(request.metadata(), request.extensions(), &touches)
+                .await?
+        };
         let request = request.into_inner();
         if request.key.is_empty() {
             return Err(store_status(&mvcc::Error::EmptyKey));
         }
-        match self.member.propose(raft_request::Request::DeleteRange(request)).await? {
+        match self
+            .member
+            .propose_as(raft_request::Request::DeleteRange(request), &caller)
+            .await?
+        {
             mvcc::WriteResponse::DeleteRange(response) => {
                 let header = self.member.header(response.revision);
                 Ok(Response::new(convert::delete_range_response(response, header)))
@@ -98,6 +147,12 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        let touches = txn_touches(request.get_ref());
+        let caller = self
+            .member
+            .authorize(request.metadata(), request.extensions(), &touches)
+            .await?;
+        drop(touches);
         let request = request.into_inner();
         let checked = convert::txn_request(request.clone()).map_err(|e| store_status(&e))?;
         mvcc::validate::check_txn(&checked, self.member.config.max_txn_ops).map_err(|e| store_status(&e))?;
@@ -105,7 +160,11 @@ impl Kv for KvService {
         if put_bytes > 0 {
             self.member.check_quota(put_bytes).await?;
         }
-        match self.member.propose(raft_request::Request::Txn(request)).await? {
+        match self
+            .member
+            .propose_as(raft_request::Request::Txn(request), &caller)
+            .await?
+        {
             mvcc::WriteResponse::Txn(response) => {
                 let header = self.member.header(response.revision);
                 Ok(Response::new(convert::txn_response(response, header)))

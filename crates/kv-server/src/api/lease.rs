@@ -43,6 +43,9 @@ impl Lease for LeaseService {
         &self,
         request: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        self.member
+            .authorize_lease_revoke(request.metadata(), request.extensions(), request.get_ref().id)
+            .await?;
         let revoked = self.member.lease_revoke(request.into_inner().id).await?;
         Ok(Response::new(pb::LeaseRevokeResponse {
             header: self.member.header(revoked.revision),

@@ -1,5 +1,6 @@
 //! etcd's `Maintenance` service: Status, HashKV, MoveLeader, Snapshot and
-//! Alarm. The rest answer Unimplemented until they exist.
+//! Alarm. The rest answer Unimplemented until they exist. With auth on,
+//! Defragment, HashKV and Snapshot need the root role, as in etcd.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,7 +112,13 @@ impl Maintenance for MaintenanceService {
         }))
     }
 
-    async fn defragment(&self, _: Request<pb::DefragmentRequest>) -> Result<Response<pb::DefragmentResponse>, Status> {
+    async fn defragment(
+        &self,
+        request: Request<pb::DefragmentRequest>,
+    ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        self.member
+            .authorize_admin(request.metadata(), request.extensions())
+            .await?;
         self.member.defragment().await?;
         Ok(Response::new(pb::DefragmentResponse {
             header: self.member.current_header(),
@@ -123,6 +130,9 @@ impl Maintenance for MaintenanceService {
     }
 
     async fn hash_kv(&self, request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
+        self.member
+            .authorize_admin(request.metadata(), request.extensions())
+            .await?;
         // etcd's answer: the hash, the compact revision it was taken with,
         // and the member's current revision in the header.
         Ok(Response::new(self.member.hash_kv(request.into_inner().revision)?))
@@ -133,7 +143,10 @@ impl Maintenance for MaintenanceService {
     /// The store as a snapshot file (`storage::backup`), written to this
     /// member's disk, then streamed and removed, as etcd streams its
     /// database file.
-    async fn snapshot(&self, _: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
+    async fn snapshot(&self, request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
+        self.member
+            .authorize_admin(request.metadata(), request.extensions())
+            .await?;
         let permit = self.backups.clone().acquire_owned().await.expect("never closed");
         let n = self.next_backup.fetch_add(1, Ordering::Relaxed);
         let path = DataDir::new(self.member.config.data_dir()).backup(n);

@@ -2,14 +2,15 @@
 //! layer over the member core (`member::core::Member`): check the
 //! request as etcd does, call the core, shape the answer.
 //!
-//! - [`kv`], [`lease`], [`cluster`], [`maintenance`], [`watch`]: etcd's
-//!   client services.
+//! - [`kv`], [`lease`], [`cluster`], [`maintenance`], [`watch`],
+//!   [`auth`]: etcd's client services.
 //! - [`http`]: `/health` and `/version`.
 //! - [`learner`]: what a learner refuses, as etcd's interceptors do.
 //! - [`peer`]: the service other members call (raft streams, snapshots,
 //!   forwarded lease calls).
 //! - [`errors`]: errors as gRPC statuses with etcd's codes.
 
+pub mod auth;
 pub mod cluster;
 pub mod errors;
 pub mod http;

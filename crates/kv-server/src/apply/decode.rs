@@ -12,9 +12,10 @@ use prost::Message as _;
 use protobuf::Message as _;
 use raft::prelude::{ConfChange, ConfChangeType, Entry, EntryType};
 
+use crate::auth::Caller;
 use crate::membership::{Change, Member, Membership};
 use crate::proto::convert;
-use crate::proto::kvserverpb::{raft_request::Request, ConfChangeContext, MemberAttributes, RaftRequest};
+use crate::proto::kvserverpb::{auth_request, raft_request::Request, ConfChangeContext, MemberAttributes, RaftRequest};
 
 /// What one entry asks for.
 pub enum Decoded {
@@ -24,29 +25,64 @@ pub enum Decoded {
     Attributes(MemberAttributes),
     /// A change to the membership.
     Membership(Change),
+    /// A change to the auth state, or a login.
+    Auth(auth_request::Request),
     /// Nothing to apply: an empty entry (a new leader's first), or an
     /// empty request.
     Nothing,
 }
 
-/// Decodes `entry` against the membership as it stands before it;
-/// returns who waits on this member for its answer (its sequence, when
-/// this member proposed it) and what it asks.
-pub fn decode(entry: &Entry, member_id: u64, membership: &Membership) -> (Option<u64>, Decoded) {
+/// One entry, decoded.
+pub struct Proposal {
+    /// Who waits on this member for its answer: its sequence, when this
+    /// member proposed it.
+    pub owner: Option<u64>,
+    /// Who made it, and the auth revision its permissions were checked at.
+    pub caller: Caller,
+    pub decoded: Decoded,
+}
+
+impl Proposal {
+    fn internal(owner: Option<u64>, decoded: Decoded) -> Proposal {
+        Proposal {
+            owner,
+            caller: Caller::default(),
+            decoded,
+        }
+    }
+}
+
+/// Decodes `entry` against the membership as it stands before it.
+pub fn decode(entry: &Entry, member_id: u64, membership: &Membership) -> Proposal {
     if entry.data.is_empty() {
-        return (None, Decoded::Nothing);
+        return Proposal::internal(None, Decoded::Nothing);
     }
     match entry.get_entry_type() {
         EntryType::EntryNormal => {}
-        EntryType::EntryConfChange => return conf_change(entry, member_id, membership),
+        EntryType::EntryConfChange => {
+            let (owner, decoded) = conf_change(entry, member_id, membership);
+            return Proposal::internal(owner, decoded);
+        }
         EntryType::EntryConfChangeV2 => {
             tracing::warn!(index = entry.index, "ignoring a joint membership change entry");
-            return (None, Decoded::Nothing);
+            return Proposal::internal(None, Decoded::Nothing);
         }
     }
     let request = RaftRequest::decode(&entry.data[..]).expect("committed entries decode");
     let owner = (request.member == member_id).then_some(request.sequence);
-    let decoded = match request.request {
+    let caller = Caller {
+        user: request.user,
+        revision: request.auth_revision,
+    };
+    Proposal {
+        owner,
+        caller,
+        decoded: decode_request(request.request),
+    }
+}
+
+fn decode_request(request: Option<Request>) -> Decoded {
+    match request {
         Some(Request::Put(put)) => Decoded::Write(Ok(mvcc::WriteRequest::Put(convert::put_request(put)))),
         Some(Request::DeleteRange(delete)) => Decoded::Write(Ok(mvcc::WriteRequest::DeleteRange(
             convert::delete_range_request(delete),
@@ -77,9 +113,12 @@ pub fn decode(entry: &Entry, member_id: u64, membership: &Membership) -> (Option
             id: update.id,
             peer_urls: update.peer_urls,
         }),
+        Some(Request::Auth(auth)) => match auth.request {
+            Some(request) => Decoded::Auth(request),
+            None => Decoded::Nothing,
+        },
         None => Decoded::Nothing,
-    };
-    (owner, decoded)
+    }
 }
 
 /// A configuration change entry: raft's change, with a

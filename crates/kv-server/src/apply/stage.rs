@@ -19,12 +19,15 @@ use tokio::sync::Notify;
 
 use crate::apply::decode::{decode, Decoded};
 use crate::apply::input::ApplyInput;
+use crate::auth::state::AuthState;
+use crate::auth::{Auth, Caller};
 use crate::error::{fatal, RequestError};
 use crate::member::lessor::Lessor;
 use crate::member::waiters::Waiters;
 use crate::member::watch_hub::{Published, WatchHub};
 use crate::membership::{Change, Membership, SharedMembership};
 use crate::peer::transport::PeerSet;
+use crate::proto::kvserverpb::auth_request::Request as AuthChange;
 use crate::raft::input::ReadWaiter;
 use crate::raft::status::RaftStatus;
 use crate::storage::layout::DataDir;
@@ -44,6 +47,8 @@ pub struct Stage {
     pub marker: Arc<SnapshotMarker>,
     pub membership: Arc<SharedMembership>,
     pub peers: Arc<PeerSet>,
+    /// The auth state the API serves from, and the tokens logins make.
+    pub auth: Arc<Auth>,
     /// Notified when this member is removed.
     pub stop: Arc<Notify>,
 }
@@ -51,7 +56,7 @@ pub struct Stage {
 /// Why an entry was refused before it reached the store.
 enum Refused {
     Store(mvcc::Error),
-    Membership(RequestError),
+    Server(RequestError),
 }
 
 /// A batch of entries, decoded: the writes for the store, in entry order
@@ -62,6 +67,7 @@ struct Batch {
     requests: Vec<mvcc::WriteRequest>,
     outcomes: Vec<(Option<u64>, Option<Refused>)>,
     membership: Option<Membership>,
+    auth: Option<AuthState>,
 }
 
 impl Stage {
@@ -127,6 +133,9 @@ impl Stage {
         if let Some(membership) = batch.membership {
             self.publish_membership(membership);
         }
+        if let Some(auth) = batch.auth {
+            self.auth.publish(auth);
+        }
         if batch
             .requests
             .iter()
@@ -140,15 +149,26 @@ impl Stage {
     }
 
     /// Decodes the entries after `already`. Membership changes (members'
-    /// attributes among them) apply to a copy, in order, each
-    /// becoming a write of the whole membership after it.
+    /// attributes among them) and auth changes apply to a copy, in order,
+    /// each becoming a write of the whole record after it. A request whose
+    /// permissions were checked at an older auth revision is refused.
     fn decode_batch(&self, entries: &[Entry], already: u64) -> Batch {
         let mut batch = Batch::default();
         let before = self.membership.get();
+        let auth_before = self.auth.state();
         for entry in entries.iter().filter(|entry| entry.index > already) {
             let current = batch.membership.as_ref().unwrap_or(&before);
-            let (owner, decoded) = decode(entry, self.member_id, current);
-            let change = match decoded {
+            let proposal = decode(entry, self.member_id, current);
+            let owner = proposal.owner;
+            let auth = batch.auth.as_ref().unwrap_or(&auth_before);
+            let stale = auth.enabled && proposal.caller.revision != 0 && proposal.caller.revision < auth.revision;
+            let change = match proposal.decoded {
+                _ if stale => {
+                    batch
+                        .outcomes
+                        .push((owner, Some(Refused::Server(RequestError::AuthOldRevision))));
+                    continue;
+                }
                 Decoded::Write(Ok(request)) => {
                     batch.requests.push(request);
                     batch.outcomes.push((owner, None));
@@ -159,6 +179,16 @@ impl Stage {
                     continue;
                 }
                 Decoded::Nothing => continue,
+                Decoded::Auth(request) => {
+                    let mut next = batch.auth.take().unwrap_or_else(|| (*auth_before).clone());
+                    let outcome = self.apply_auth(&mut next, &request, &proposal.caller, entry.index);
+                    if outcome.is_none() {
+                        batch.requests.push(mvcc::WriteRequest::Auth(next.encode()));
+                    }
+                    batch.outcomes.push((owner, outcome));
+                    batch.auth = Some(next);
+                    continue;
+                }
                 Decoded::Attributes(attributes) => Change::Attributes {
                     id: attributes.id,
                     name: attributes.name,
@@ -172,11 +202,35 @@ impl Stage {
                     batch.requests.push(mvcc::WriteRequest::Membership(next.encode()));
                     batch.outcomes.push((owner, None));
                 }
-                Err(error) => batch.outcomes.push((owner, Some(Refused::Membership(error)))),
+                Err(error) => batch.outcomes.push((owner, Some(Refused::Server(error)))),
             }
             batch.membership = Some(next);
         }
         batch
+    }
+
+    /// Applies one auth change (or login) at raft `index` to `state`, as
+    /// etcd's auth applier does: management needs the root role once auth
+    /// is on; a login makes its token on this member; a user deleted or
+    /// given a new password loses its tokens.
+    fn apply_auth(&self, state: &mut AuthState, request: &AuthChange, caller: &Caller, index: u64) -> Option<Refused> {
+        if !matches!(request, AuthChange::Authenticate(_)) {
+            if let Err(error) = state.admin(&caller.user) {
+                return Some(Refused::Server(error));
+            }
+        }
+        if let Err(error) = state.apply(request) {
+            return Some(Refused::Server(error));
+        }
+        match request {
+            AuthChange::Authenticate(login) => {
+                self.auth.tokens.assign(&login.token_prefix, index, &login.name);
+            }
+            AuthChange::UserDelete(delete) => self.auth.tokens.invalidate_user(&delete.name),
+            AuthChange::UserChangePassword(change) => self.auth.tokens.invalidate_user(&change.name),
+            _ => {}
+        }
+        None
     }
 
     /// The membership changed: every member's view and the peers raft
@@ -229,7 +283,7 @@ impl Stage {
                     response: Err(error),
                     events: Vec::new(),
                 }),
-                Some(Refused::Membership(error)) => Err(error),
+                Some(Refused::Server(error)) => Err(error),
             };
             if let Some(sequence) = owner {
                 self.waiters.answer(sequence, result);
@@ -263,6 +317,10 @@ impl Stage {
             Some(Ok(membership)) => self.publish_membership(membership),
             Some(Err(error)) => fatal("a snapshot's membership does not decode", &error),
             None => tracing::warn!("a snapshot without a membership"),
+        }
+        match AuthState::decode(self.store.auth().as_deref()) {
+            Ok(auth) => self.auth.publish(auth),
+            Err(error) => fatal("a snapshot's auth state does not decode", &error),
         }
         self.watch_hub.publish(Published::Restored);
         let applied = self.store.consistent_index();

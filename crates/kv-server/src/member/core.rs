@@ -12,6 +12,7 @@ use std::time::Duration;
 use prost::Message as _;
 use tokio::sync::{oneshot, Notify};
 
+use crate::auth::{Auth, Caller};
 use crate::config::Config;
 use crate::error::RequestError;
 use crate::member::lease_ids::LeaseIds;
@@ -49,6 +50,7 @@ pub struct MemberParts {
     pub watch_hub: Arc<WatchHub>,
     pub node: SyncSender<NodeInput>,
     pub peers: Arc<PeerSet>,
+    pub auth: Arc<Auth>,
 }
 
 pub struct Member {
@@ -68,6 +70,8 @@ pub struct Member {
     pub waiters: Arc<Waiters>,
     pub lessor: Arc<Lessor>,
     pub watch_hub: Arc<WatchHub>,
+    /// Users, roles and tokens; the apply stage publishes changes.
+    pub auth: Arc<Auth>,
     /// The store's size on disk, sampled by the server every 100 ms (the
     /// quota check reads this instead of asking sled per write).
     pub disk_bytes: AtomicU64,
@@ -110,6 +114,7 @@ impl Member {
             waiters: parts.waiters,
             lessor: parts.lessor,
             watch_hub: parts.watch_hub,
+            auth: parts.auth,
             disk_bytes: AtomicU64::new(0),
             live_bytes: AtomicU64::new(0),
             node: parts.node,
@@ -145,6 +150,17 @@ impl Member {
 
     /// Proposes a write and waits until it is applied here.
     pub async fn propose(&self, request: raft_request::Request) -> Result<mvcc::WriteResponse, RequestError> {
+        self.propose_as(request, &Caller::default()).await
+    }
+
+    /// Proposes a write made by `caller`, whose permissions were checked
+    /// at `caller.revision` (see `crate::auth`), and waits until it is
+    /// applied here.
+    pub async fn propose_as(
+        &self,
+        request: raft_request::Request,
+        caller: &Caller,
+    ) -> Result<mvcc::WriteResponse, RequestError> {
         self.refuse_if_corrupt(&request)?;
         if self.status.committed().saturating_sub(self.status.applied()) > APPLY_LAG_ENTRIES_MAX {
             return Err(RequestError::TooManyRequests);
@@ -154,6 +170,8 @@ impl Member {
             member: self.member_id(),
             sequence,
             request: Some(request),
+            auth_revision: caller.revision,
+            user: caller.user.clone(),
         }
         .encode_to_vec();
         if data.len() > self.config.max_request_bytes {

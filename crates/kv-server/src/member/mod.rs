@@ -3,6 +3,8 @@
 //! - [`core`]: `Member`, what every etcd service calls: propose a write
 //!   and wait for it to apply, linearize a read, the quota, headers,
 //!   MoveLeader.
+//! - [`auth`]: who a request is from and whether they may make it; the
+//!   Auth service's changes, logins and password hashing.
 //! - [`corruption`]: etcd's corruption checks and the CORRUPT alarm.
 //! - [`lease`]: the member's lease operations; keep-alives go to the
 //!   leader, who alone tracks deadlines.
@@ -12,6 +14,7 @@
 //! - [`waiters`]: clients waiting for their proposals to apply.
 //! - [`watch_hub`]: what the apply stage publishes to watch streams.
 
+pub mod auth;
 pub mod core;
 pub mod corruption;
 pub mod lease;

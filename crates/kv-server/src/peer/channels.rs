@@ -6,28 +6,49 @@
 //! one set of socket settings.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::error::RequestError;
 use crate::membership::SharedMembership;
 use crate::proto::kvserverpb::peer_client::PeerClient;
+use crate::tls::PeerClientFiles;
 
 /// How long connecting to a peer may take before the attempt fails: a
 /// peer on a healthy network answers in milliseconds; a second leaves
 /// room for a loaded machine, and is short beside raft's election timeout.
 pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How this member proves itself to peers and checks them on `https://`
+/// peer URLs: set once at start from the peer TLS flags, before any peer
+/// is dialled. A process-wide value because every dial site (the raft
+/// stream, snapshots, forwarded calls, joining) must use the same one.
+static PEER_TLS: OnceLock<ClientTlsConfig> = OnceLock::new();
+
+/// Sets the TLS every `https://` peer connection uses: `files`' CA as the
+/// only trusted root, and its certificate as this member's identity.
+pub fn use_peer_tls(files: PeerClientFiles) {
+    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(files.trusted_ca));
+    if let Some((cert, key)) = files.identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    let _ = PEER_TLS.set(tls);
+}
+
 /// The endpoint of a peer URL, with the settings every peer connection
-/// uses: no Nagle delay (raft's messages are small and latency-bound) and
-/// [`PEER_CONNECT_TIMEOUT`].
+/// uses: no Nagle delay (raft's messages are small and latency-bound),
+/// [`PEER_CONNECT_TIMEOUT`], and for `https://` the peer TLS.
 pub fn endpoint(url: &str) -> Result<Endpoint, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(url.to_string())?
+    let endpoint = Endpoint::from_shared(url.to_string())?
         .tcp_nodelay(true)
-        .connect_timeout(PEER_CONNECT_TIMEOUT))
+        .connect_timeout(PEER_CONNECT_TIMEOUT);
+    if !url.starts_with("https://") {
+        return Ok(endpoint);
+    }
+    endpoint.tls_config(PEER_TLS.get().cloned().unwrap_or_default())
 }
 
 /// Channels to peers' peer URLs, made on first use; each reconnects by

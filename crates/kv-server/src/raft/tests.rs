@@ -156,6 +156,11 @@ fn start(id: u64, network: &Network) -> TestMember {
         marker,
         membership: Arc::new(SharedMembership::new(membership)),
         peers,
+        auth: Arc::new(crate::auth::Auth::new(
+            crate::auth::state::AuthState::default(),
+            std::time::Duration::from_secs(crate::auth::tokens::TOKEN_TTL_DEFAULT_SECONDS),
+            crate::auth::BCRYPT_COST_DEFAULT,
+        )),
         stop: Arc::new(tokio::sync::Notify::new()),
     };
     std::thread::spawn(move || stage.run(applies));
@@ -180,6 +185,8 @@ async fn put(member: &TestMember, key: &str) -> Result<i64, RequestError> {
         ..Default::default()
     });
     let data = RaftRequest {
+        auth_revision: 0,
+        user: String::new(),
         member: member.id,
         sequence,
         request: Some(request),

@@ -1,7 +1,9 @@
-//! The client port's listener, with a bound on open connections. Each
-//! accepted connection holds a permit until it closes; at the bound, new
-//! connections wait in the kernel's accept backlog instead of taking more
-//! memory.
+//! The client port's listener, with a bound on open connections and,
+//! for `https://` URLs, TLS. Each accepted connection holds a permit until
+//! it closes; at the bound, new connections wait in the kernel's accept
+//! backlog instead of taking more memory. TLS handshakes run each in its
+//! own task, so a slow client never holds up the accept loop, and each
+//! ends within [`TLS_HANDSHAKE_TIMEOUT`].
 
 use std::io;
 use std::net::SocketAddr;
@@ -12,7 +14,17 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+use crate::tls::ClientIdentity;
+
+/// Open connections per peer listener: each peer keeps a raft stream, a
+/// channel for forwarded calls and, now and then, a snapshot stream, so a
+/// cluster of seven needs about 20; 256 leaves room for reconnects still
+/// closing and for a joining member's calls.
+pub const PEER_CONNECTIONS_MAX: usize = 256;
 
 /// Open client connections per listener. etcd's benchmark drives 1000
 /// clients over 100 connections and a Kubernetes API server keeps a few
@@ -21,28 +33,103 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// while leaving 20× headroom over the heaviest documented load.
 pub const CLIENT_CONNECTIONS_MAX: usize = 2048;
 
+/// How long a client may take over its TLS handshake: a handshake is two
+/// round trips and some signing, milliseconds on any network; ten seconds
+/// (Go's `http.Client` default) only cuts off clients that stall.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Established connections waiting for the server to take them. The
+/// server takes them as fast as they come; the bound only keeps a burst
+/// of finished handshakes from piling up (permits bound them anyway).
+const ESTABLISHED_QUEUE: usize = 64;
+
 /// Pause after a failed accept (out of file descriptors, say) before
 /// trying again, so a persistent failure does not spin.
 const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(10);
 
 pub struct BoundedListener {
-    listener: TcpListener,
-    permits: Arc<Semaphore>,
+    established: mpsc::Receiver<(Connection, SocketAddr)>,
+    local: SocketAddr,
 }
 
 impl BoundedListener {
-    pub fn new(listener: TcpListener, connections_max: usize) -> BoundedListener {
-        BoundedListener {
-            listener,
-            permits: Arc::new(Semaphore::new(connections_max)),
-        }
+    /// Accepts on `listener`, at most `connections_max` open at once,
+    /// with TLS when `tls` is given.
+    pub fn new(
+        listener: TcpListener,
+        connections_max: usize,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> io::Result<BoundedListener> {
+        let local = listener.local_addr()?;
+        let (sender, established) = mpsc::channel(ESTABLISHED_QUEUE);
+        let permits = Arc::new(Semaphore::new(connections_max));
+        tokio::spawn(accept_loop(listener, permits, tls.map(TlsAcceptor::from), sender));
+        Ok(BoundedListener { established, local })
     }
 }
 
-/// A client connection and the permit it holds while open.
+async fn accept_loop(
+    listener: TcpListener,
+    permits: Arc<Semaphore>,
+    tls: Option<TlsAcceptor>,
+    sender: mpsc::Sender<(Connection, SocketAddr)>,
+) {
+    loop {
+        let permit = permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let (stream, address) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                tracing::warn!(%error, "accepting a client connection failed");
+                tokio::time::sleep(ACCEPT_RETRY_PAUSE).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let Some(acceptor) = tls.clone() else {
+            let connection = Connection {
+                stream: Stream::Plain(stream),
+                identity: ClientIdentity::default(),
+                _permit: permit,
+            };
+            if sender.send((connection, address)).await.is_err() {
+                return;
+            }
+            continue;
+        };
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+            let stream = match handshake {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => return tracing::debug!(%error, %address, "TLS handshake refused"),
+                Err(_) => return tracing::debug!(%address, "TLS handshake timed out"),
+            };
+            let identity = ClientIdentity::of(stream.get_ref().1);
+            let connection = Connection {
+                stream: Stream::Tls(Box::new(stream)),
+                identity,
+                _permit: permit,
+            };
+            let _ = sender.send((connection, address)).await;
+        });
+    }
+}
+
+/// A client connection, who it proved to be, and the permit it holds
+/// while open.
 pub struct Connection {
-    stream: TcpStream,
+    stream: Stream,
+    identity: ClientIdentity,
     _permit: OwnedSemaphorePermit,
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
 }
 
 impl axum::serve::Listener for BoundedListener {
@@ -50,35 +137,49 @@ impl axum::serve::Listener for BoundedListener {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Connection, SocketAddr) {
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
-        loop {
-            match self.listener.accept().await {
-                Ok((stream, address)) => {
-                    let _ = stream.set_nodelay(true);
-                    return (
-                        Connection {
-                            stream,
-                            _permit: permit,
-                        },
-                        address,
-                    );
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "accepting a client connection failed");
-                    tokio::time::sleep(ACCEPT_RETRY_PAUSE).await;
-                }
-            }
+        match self.established.recv().await {
+            Some(accepted) => accepted,
+            // The accept loop only ends when this receiver is gone.
+            None => std::future::pending().await,
         }
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        Ok(self.local)
     }
+}
+
+impl BoundedListener {
+    /// The connections as tonic's server takes them (the peer port).
+    pub fn into_incoming(self) -> impl tokio_stream::Stream<Item = io::Result<Connection>> {
+        use tokio_stream::StreamExt as _;
+        tokio_stream::wrappers::ReceiverStream::new(self.established).map(|(connection, _)| Ok(connection))
+    }
+}
+
+impl tonic::transport::server::Connected for Connection {
+    type ConnectInfo = ClientIdentity;
+
+    fn connect_info(&self) -> ClientIdentity {
+        self.identity.clone()
+    }
+}
+
+/// Each request's `ConnectInfo<ClientIdentity>`: who its connection is.
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, BoundedListener>> for ClientIdentity {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, BoundedListener>) -> ClientIdentity {
+        stream.io().identity.clone()
+    }
+}
+
+/// Calls `$method` on whichever stream the connection holds.
+macro_rules! on_stream {
+    ($self:ident, $method:ident($($arg:expr),*)) => {
+        match &mut $self.stream {
+            Stream::Plain(stream) => Pin::new(stream).$method($($arg),*),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).$method($($arg),*),
+        }
+    };
 }
 
 impl AsyncRead for Connection {
@@ -87,21 +188,21 @@ impl AsyncRead for Connection {
         context: &mut Context<'_>,
         buffer: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(context, buffer)
+        on_stream!(self, poll_read(context, buffer))
     }
 }
 
 impl AsyncWrite for Connection {
     fn poll_write(mut self: Pin<&mut Self>, context: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(context, bytes)
+        on_stream!(self, poll_write(context, bytes))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(context)
+        on_stream!(self, poll_flush(context))
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(context)
+        on_stream!(self, poll_shutdown(context))
     }
 
     fn poll_write_vectored(
@@ -109,11 +210,14 @@ impl AsyncWrite for Connection {
         context: &mut Context<'_>,
         buffers: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(context, buffers)
+        on_stream!(self, poll_write_vectored(context, buffers))
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        match &self.stream {
+            Stream::Plain(stream) => stream.is_write_vectored(),
+            Stream::Tls(stream) => stream.is_write_vectored(),
+        }
     }
 }
 
@@ -128,7 +232,7 @@ mod tests {
     async fn connections_beyond_the_bound_wait() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let mut bounded = BoundedListener::new(listener, 1);
+        let mut bounded = BoundedListener::new(listener, 1, None).unwrap();
         let _first_client = TcpStream::connect(address).await.unwrap();
         let (first, _) = bounded.accept().await;
         let _second_client = TcpStream::connect(address).await.unwrap();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use tonic_health::ServingStatus;
 
+use crate::api::auth::AuthService;
 use crate::api::cluster::ClusterService;
 use crate::api::http;
 use crate::api::kv::KvService;
@@ -19,14 +20,16 @@ use crate::api::watch::service::WatchService;
 use crate::config::{self, GRPC_OVERHEAD_BYTES};
 use crate::error::Error;
 use crate::member::core::Member;
+use crate::proto::etcdserverpb::auth_server::AuthServer;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
 use crate::proto::etcdserverpb::lease_server::LeaseServer;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::raft::input::NodeInput;
-use crate::server::listener::{BoundedListener, CLIENT_CONNECTIONS_MAX};
+use crate::server::listener::{BoundedListener, CLIENT_CONNECTIONS_MAX, PEER_CONNECTIONS_MAX};
 use crate::server::tasks;
 use crate::storage::layout::DataDir;
+use crate::tls::ClientIdentity;
 
 /// Serves until SIGINT or SIGTERM.
 pub async fn serve(member: Arc<Member>, node: SyncSender<NodeInput>, dir: DataDir) -> Result<(), Error> {
@@ -62,10 +65,24 @@ async fn bind(url: &str, flag: &'static str) -> Result<tokio::net::TcpListener, 
         })
 }
 
+/// The TLS config of a listener on `url`: none for `http://`.
+fn tls_for(
+    url: &str,
+    make: impl Fn() -> Result<Arc<rustls::ServerConfig>, Error>,
+) -> Result<Option<Arc<rustls::ServerConfig>>, Error> {
+    config::is_https(url).then(make).transpose()
+}
+
 async fn serve_peers(member: &Arc<Member>, node: SyncSender<NodeInput>, dir: DataDir) -> Result<(), Error> {
     for url in config::urls(&member.config.listen_peer_urls) {
+        let tls = tls_for(&url, || member.config.tls.peer_server_config())?;
         let listener = bind(&url, "listen-peer-urls").await?;
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let incoming = BoundedListener::new(listener, PEER_CONNECTIONS_MAX, tls)
+            .map_err(|source| Error::Listen {
+                url: url.clone(),
+                source,
+            })?
+            .into_incoming();
         let service = PeerService {
             node: node.clone(),
             member: member.clone(),
@@ -100,16 +117,21 @@ async fn serve_clients(
     })
     .add_service(ClusterServer::new(ClusterService { member: member_of() }).max_decoding_message_size(max_decoding))
     .add_service(MaintenanceServer::new(MaintenanceService::new(member_of())).max_decoding_message_size(max_decoding))
+    .add_service(AuthServer::new(AuthService { member: member_of() }).max_decoding_message_size(max_decoding))
     .add_service(health_service)
     .into_axum_router()
     .layer(axum::middleware::from_fn_with_state(member_of(), learner::gate))
     .merge(http::routes(member_of()));
     for url in config::urls(&member.config.listen_client_urls) {
+        let tls = tls_for(&url, || member.config.tls.client_server_config())?;
         let listener = bind(&url, "listen-client-urls").await?;
-        let router = router.clone();
-        let listener = BoundedListener::new(listener, CLIENT_CONNECTIONS_MAX);
+        let service = router.clone().into_make_service_with_connect_info::<ClientIdentity>();
+        let listener = BoundedListener::new(listener, CLIENT_CONNECTIONS_MAX, tls).map_err(|source| Error::Listen {
+            url: url.clone(),
+            source,
+        })?;
         tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
+            if let Err(error) = axum::serve(listener, service).await {
                 tracing::error!(%error, "client server stopped");
             }
         });

@@ -9,6 +9,8 @@ use raft::prelude::ConfState;
 
 use crate::apply::input::{ApplyInput, APPLY_QUEUE_CAPACITY};
 use crate::apply::stage::Stage;
+use crate::auth::state::AuthState;
+use crate::auth::Auth;
 use crate::config::Config;
 use crate::error::Error;
 use crate::member::core::{Member, MemberParts};
@@ -48,6 +50,10 @@ pub fn run(config: Config) -> Result<(), Error> {
             reason: format!("must be new or existing, not {:?}", config.initial_cluster_state),
         });
     }
+    let dials_https = config.initial_cluster.contains("https://");
+    if let Some(files) = config.tls.peer_client_files(dials_https)? {
+        crate::peer::channels::use_peer_tls(files);
+    }
     let opened = open(&config)?;
     let membership = opened.membership.clone();
     tracing::info!(
@@ -83,10 +89,18 @@ pub fn run(config: Config) -> Result<(), Error> {
         watch_hub: Arc::new(WatchHub::default()),
         node: node_sender.clone(),
         peers,
+        auth: Arc::new(open_auth(&config, &opened.store)?),
     }));
     let dir = opened.dir.clone();
     start_threads(&member, opened, node_inputs, (apply_sender, apply_inputs))?;
     runtime.block_on(serve::serve(member, node_sender, dir))
+}
+
+/// The auth state the store holds, served with the auth flags.
+fn open_auth(config: &Config, store: &mvcc::Store) -> Result<Auth, Error> {
+    let state = AuthState::decode(store.auth().as_deref()).map_err(|e| Error::BadAuth(e.to_string()))?;
+    let ttl = std::time::Duration::from_secs(config.auth_token_ttl);
+    Ok(Auth::new(state, ttl, config.bcrypt_cost))
 }
 
 /// Opens the data directory, the store and the durable log, creating the
@@ -250,6 +264,7 @@ fn start_threads(
         marker: opened.marker,
         membership: member.membership.clone(),
         peers: member.peers.clone(),
+        auth: member.auth.clone(),
         stop: member.stop.clone(),
     };
     let spawn = |what: &'static str| move |source| Error::Spawn { what, source };

@@ -27,11 +27,25 @@ const DB_SIZE_IN_USE_SAMPLE: Duration = Duration::from_secs(30);
 const PUBLISH_RETRY: Duration = Duration::from_millis(500);
 
 /// Starts every background task.
+/// How often expired auth tokens are forgotten, as etcd's token keeper
+/// sweeps: a token is refused the moment it expires either way; this
+/// only frees the memory.
+const TOKEN_SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+async fn sweep_tokens(member: Arc<Member>) {
+    let mut every = tokio::time::interval(TOKEN_SWEEP_EVERY);
+    loop {
+        every.tick().await;
+        member.auth.tokens.sweep();
+    }
+}
+
 pub fn spawn(member: Arc<Member>, health: HealthReporter) {
     tokio::spawn(follow_health(member.clone(), health));
     tokio::spawn(sample_disk_size(member.clone()));
     tokio::spawn(publish_attributes(member.clone()));
     tokio::spawn(member.clone().revoke_expired_leases());
+    tokio::spawn(sweep_tokens(member.clone()));
     if member.config.experimental_initial_corrupt_check {
         let checker = member.clone();
         tokio::spawn(async move { checker.initial_corrupt_check().await });

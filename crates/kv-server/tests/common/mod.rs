@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,40 @@ pub fn etcdctl(endpoints: &str, args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .expect("run etcdctl")
+}
+
+/// The longest one run of etcd's benchmark tool may take; a watch run
+/// that misses events would otherwise wait forever.
+const BENCHMARK_RUN_AT_MOST: Duration = Duration::from_secs(120);
+
+/// Runs etcd's benchmark tool (`ETCD_BENCHMARK_BIN`) with `args`, killed
+/// after [`BENCHMARK_RUN_AT_MOST`]; fails the test unless it succeeds, and
+/// returns what it printed.
+pub fn etcd_benchmark(args: &[&str]) -> String {
+    let tool = etcd_tool("ETCD_BENCHMARK_BIN", "etcd-benchmark");
+    let child = Command::new(tool)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run benchmark");
+    // Output is drained by wait_with_output in a thread; the deadline is
+    // kept here.
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let output = child.wait_with_output();
+        let _ = done.send(());
+        output
+    });
+    if finished.recv_timeout(BENCHMARK_RUN_AT_MOST).is_err() {
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        panic!("benchmark {args:?} ran over {BENCHMARK_RUN_AT_MOST:?}");
+    }
+    let output = waiter.join().expect("waiter").expect("benchmark output");
+    let report = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "benchmark {args:?} failed:\n{report}");
+    report
 }
 
 /// What a command printed: its stdout, then its stderr.
@@ -179,6 +215,9 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub members: Vec<Member>,
     pub extra: Vec<String>,
+    /// With TLS: the CA and client pair the harness checks health with;
+    /// URLs are then `https://`.
+    pub tls: Option<(PathBuf, certs::Pair)>,
 }
 
 impl Cluster {
@@ -191,6 +230,30 @@ impl Cluster {
     /// Starts `count` members, numbered and placed on ports as
     /// [`Cluster::start`] does, and waits until healthy.
     pub fn start_members(binary: &Path, dir: &Path, base: u16, count: u16, extra: &[&str]) -> Cluster {
+        let mut cluster = Cluster::new(binary, dir, base, count, extra);
+        cluster.start_all();
+        cluster
+    }
+
+    /// Starts three members as [`Cluster::start`] does, on `https://`
+    /// URLs with `certs`' TLS and certificate auth on both ports; the
+    /// harness checks health as `client`.
+    pub fn start_tls(
+        binary: &Path,
+        dir: &Path,
+        base: u16,
+        certs: &certs::Certs,
+        client: &str,
+        extra: &[&str],
+    ) -> Cluster {
+        let mut cluster = Cluster::new(binary, dir, base, 3, extra);
+        cluster.extra.extend(certs.member_flags());
+        cluster.tls = Some((certs.ca.clone(), certs.client(client).clone()));
+        cluster.start_all();
+        cluster
+    }
+
+    fn new(binary: &Path, dir: &Path, base: u16, count: u16, extra: &[&str]) -> Cluster {
         let members = (0..count)
             .map(|i| Member {
                 name: format!("infra{}", i + 1),
@@ -201,18 +264,30 @@ impl Cluster {
                 child: None,
             })
             .collect();
-        let mut cluster = Cluster {
+        Cluster {
             binary: binary.to_path_buf(),
             dir: dir.to_path_buf(),
             members,
             extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        let all: Vec<usize> = (0..usize::from(count)).collect();
-        for &i in &all {
-            cluster.spawn(i);
+            tls: None,
         }
-        cluster.wait_healthy(&all);
-        cluster
+    }
+
+    fn start_all(&mut self) {
+        let all: Vec<usize> = (0..self.members.len()).collect();
+        for &i in &all {
+            self.spawn(i);
+        }
+        self.wait_healthy(&all);
+    }
+
+    /// The URL scheme members use.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// Adds (without starting it) a member named `name` on `client_port`
@@ -243,7 +318,7 @@ impl Cluster {
         self.members
             .iter()
             .filter(|m| m.joins.is_none())
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .map(|m| format!("{}={}://127.0.0.1:{}", m.name, self.scheme(), m.peer_port))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -254,8 +329,8 @@ impl Cluster {
             Some(line) => (line.clone(), "existing"),
             None => (self.initial_cluster(), "new"),
         };
-        let client = format!("http://127.0.0.1:{}", member.client_port);
-        let peer = format!("http://127.0.0.1:{}", member.peer_port);
+        let client = format!("{}://127.0.0.1:{}", self.scheme(), member.client_port);
+        let peer = format!("{}://127.0.0.1:{}", self.scheme(), member.peer_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -308,7 +383,7 @@ impl Cluster {
     pub fn wait_healthy(&self, which: &[usize]) {
         let deadline = Instant::now() + HEALTHY_WITHIN;
         loop {
-            if which.iter().all(|&i| healthy(self.members[i].client_port)) {
+            if which.iter().all(|&i| self.is_healthy(i)) {
                 return;
             }
             assert!(
@@ -317,6 +392,15 @@ impl Cluster {
                 self.dir.display()
             );
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Whether member `i` answers /health with healthy.
+    pub fn is_healthy(&self, i: usize) -> bool {
+        let port = self.members[i].client_port;
+        match &self.tls {
+            None => healthy(port),
+            Some((ca, pair)) => certs::https_get(port, "/health", ca, pair).contains("\"health\":\"true\""),
         }
     }
 

@@ -79,7 +79,9 @@ impl StreamingService<pb::WatchRequest> for WatchCall {
         if require_leader && self.member.leader() == 0 {
             return std::future::ready(Err(RequestError::NoLeader.into()));
         }
-        let responses = stream::start(self.member.clone(), request.into_inner(), require_leader);
+        let (metadata, extensions, requests) = request.into_parts();
+        let opener = stream::Opener { metadata, extensions };
+        let responses = stream::start(self.member.clone(), requests, require_leader, opener);
         std::future::ready(Ok(Response::new(responses)))
     }
 }

@@ -17,6 +17,7 @@ use crate::api::watch::id_hash::IdMap;
 use crate::api::watch::matcher::Matcher;
 use crate::api::watch::outbox::{outbox, Gathered, Gone, Outbox, Responses, WATCH_MERGED_RESPONSE_BYTES_MAX};
 use crate::api::watch::watcher::{Shape, Watcher};
+use crate::auth::perms::Access;
 use crate::config::GRPC_OVERHEAD_BYTES;
 use crate::error::RequestError;
 use crate::member::core::Member;
@@ -44,6 +45,9 @@ const INVALID_WATCH_ID: i64 = -1;
 const EMPTY_RANGE: &str = "mvcc: watcher range is empty";
 const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
 /// This project's own bound (see [`WATCHERS_PER_STREAM_MAX`]); etcd has none.
+/// etcd sends its gRPC error's text as the reason a watcher it may not
+/// create is cancelled.
+const PERMISSION_DENIED: &str = "rpc error: code = PermissionDenied desc = etcdserver: permission denied";
 const TOO_MANY_WATCHERS: &str = "etcdserver: too many watchers on one stream";
 
 /// What woke the stream task.
@@ -58,6 +62,7 @@ enum Wake {
 
 struct WatchStream {
     member: Arc<Member>,
+    opener: Opener,
     out: Outbox,
     watchers: BTreeMap<i64, Watcher>,
     /// The next automatic watch id (etcd's `nextID`).
@@ -80,7 +85,20 @@ struct WatchStream {
 }
 
 /// Starts a stream's task for a client's requests; returns its responses.
-pub fn start(member: Arc<Member>, requests: Streaming<pb::WatchRequest>, require_leader: bool) -> Responses {
+/// Who opened a stream, as its request said: each watcher's creation is
+/// checked against it, as etcd checks each create against the stream's
+/// context.
+pub struct Opener {
+    pub metadata: tonic::metadata::MetadataMap,
+    pub extensions: tonic::Extensions,
+}
+
+pub fn start(
+    member: Arc<Member>,
+    requests: Streaming<pb::WatchRequest>,
+    require_leader: bool,
+    opener: Opener,
+) -> Responses {
     let header_source = member.clone();
     let headers = Box::new(move |revision| header_source.header(revision).unwrap_or_default());
     let fragment_limit = member.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
@@ -91,6 +109,7 @@ pub fn start(member: Arc<Member>, requests: Streaming<pb::WatchRequest>, require
     let synced_through = member.store.current_revision();
     let stream = WatchStream {
         member,
+        opener,
         out,
         watchers: BTreeMap::new(),
         next_id: 0,
@@ -237,10 +256,15 @@ impl WatchStream {
         }
     }
 
-    /// Why etcd would refuse to create this watcher, if it would.
-    fn refusal(&self, key: &[u8], range_end: &[u8], watch_id: i64) -> Option<&'static str> {
+    /// Why etcd would refuse to create this watcher, if it would: first
+    /// whether the stream's opener may read what it watches.
+    async fn refusal(&self, key: &[u8], range_end: &[u8], watch_id: i64) -> Option<&'static str> {
         let is_range = range_end.len() > 1 || (range_end.len() == 1 && range_end[0] != 0);
-        if is_range && key >= range_end {
+        let (metadata, extensions) = (&self.opener.metadata, &self.opener.extensions);
+        let read = [(key, range_end, Access::Read)];
+        if self.member.authorize(metadata, extensions, &read).await.is_err() {
+            Some(PERMISSION_DENIED)
+        } else if is_range && key >= range_end {
             Some(EMPTY_RANGE)
         } else if watch_id != 0 && self.watchers.contains_key(&watch_id) {
             Some(DUPLICATE_ID)
@@ -256,7 +280,7 @@ impl WatchStream {
         // etcd's reading of the request: an empty key is the smallest key.
         let key = if create.key.is_empty() { vec![0] } else { create.key };
         let range_end = create.range_end;
-        if let Some(reason) = self.refusal(&key, &range_end, create.watch_id) {
+        if let Some(reason) = self.refusal(&key, &range_end, create.watch_id).await {
             let response = pb::WatchResponse {
                 header: self.header(current),
                 watch_id: INVALID_WATCH_ID,

@@ -1,0 +1,168 @@
+//! Certificates made at test time (no private key is committed): a test
+//! CA, member certificates for 127.0.0.1 and localhost (server and client
+//! use, as etcd's peers need), client certificates named by their common
+//! name, and a second CA whose certificates must be refused.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// A certificate and its key, as PEM files.
+#[derive(Clone)]
+pub struct Pair {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The files a TLS test uses.
+pub struct Certs {
+    /// The CA the members trust.
+    pub ca: PathBuf,
+    /// The members' certificate (127.0.0.1, localhost).
+    pub member: Pair,
+    /// Client certificates signed by `ca`, by common name.
+    pub clients: Vec<(String, Pair)>,
+    /// A client certificate (common name "root") from another CA.
+    pub stranger: Pair,
+}
+
+impl Certs {
+    /// Writes a CA, the member pair, one client pair per name in
+    /// `clients`, and a stranger's pair into `dir`.
+    pub fn generate(dir: &Path, clients: &[&str]) -> Certs {
+        std::fs::create_dir_all(dir).expect("certs dir");
+        let ca = authority("kv-server test CA");
+        let ca_path = dir.join("ca.pem");
+        std::fs::write(&ca_path, ca.pem()).expect("write CA");
+        let member = leaf(&ca, "member", &["127.0.0.1", "localhost"], dir, "member");
+        let clients = clients
+            .iter()
+            .map(|name| (name.to_string(), leaf(&ca, name, &[], dir, &format!("client-{name}"))))
+            .collect();
+        let other = authority("another CA");
+        let stranger = leaf(&other, "root", &[], dir, "stranger");
+        Certs {
+            ca: ca_path,
+            member,
+            clients,
+            stranger,
+        }
+    }
+
+    /// The client pair named `name`.
+    pub fn client(&self, name: &str) -> &Pair {
+        &self
+            .clients
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("a generated client")
+            .1
+    }
+
+    /// etcd's flags for TLS with certificate auth on client and peer URLs.
+    pub fn member_flags(&self) -> Vec<String> {
+        let path = |p: &PathBuf| p.display().to_string();
+        [
+            ("--cert-file", path(&self.member.cert)),
+            ("--key-file", path(&self.member.key)),
+            ("--trusted-ca-file", path(&self.ca)),
+            ("--peer-cert-file", path(&self.member.cert)),
+            ("--peer-key-file", path(&self.member.key)),
+            ("--peer-trusted-ca-file", path(&self.ca)),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .chain(["--client-cert-auth".into(), "--peer-client-cert-auth".into()])
+        .collect()
+    }
+
+    /// etcdctl's (and etcd's benchmark tool's) flags to connect as `pair`.
+    pub fn client_flags(&self, pair: &Pair) -> Vec<String> {
+        vec![
+            format!("--cacert={}", self.ca.display()),
+            format!("--cert={}", pair.cert.display()),
+            format!("--key={}", pair.key.display()),
+        ]
+    }
+}
+
+fn authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    CertifiedIssuer::self_signed(params, KeyPair::generate().expect("CA key")).expect("CA certificate")
+}
+
+fn leaf(ca: &CertifiedIssuer<'static, KeyPair>, name: &str, hosts: &[&str], dir: &Path, file: &str) -> Pair {
+    let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+    let mut params = CertificateParams::new(hosts).expect("leaf params");
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().expect("leaf key");
+    let certificate = params.signed_by(&key, ca).expect("leaf certificate");
+    let pair = Pair {
+        cert: dir.join(format!("{file}.pem")),
+        key: dir.join(format!("{file}-key.pem")),
+    };
+    std::fs::write(&pair.cert, certificate.pem()).expect("write certificate");
+    std::fs::write(&pair.key, key.serialize_pem()).expect("write key");
+    pair
+}
+
+/// GET `path` over HTTPS/1.1 on 127.0.0.1:`port` as `pair`, trusting
+/// `ca`: the raw response, or an empty string when the member does not
+/// answer or refuses the handshake.
+pub fn https_get(port: u16, path: &str, ca: &Path, pair: &Pair) -> String {
+    let config = client_config(ca, pair);
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("server name");
+    let Ok(connection) = rustls::ClientConnection::new(config, name) else {
+        return String::new();
+    };
+    let Ok(socket) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)) else {
+        return String::new();
+    };
+    let _ = socket.set_read_timeout(Some(Duration::from_secs(3)));
+    let mut stream = rustls::StreamOwned::new(connection, socket);
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+fn client_config(ca: &Path, pair: &Pair) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in CertificateDer::pem_file_iter(ca).expect("CA file") {
+        roots.add(certificate.expect("CA certificate")).expect("add CA");
+    }
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pair.cert)
+        .expect("certificate file")
+        .map(|c| c.expect("certificate"))
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(&pair.key).expect("key file");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("client certificate");
+    Arc::new(config)
+}
