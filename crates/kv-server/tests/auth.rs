@@ -31,6 +31,8 @@ const DENIED: &str = "etcdserver: permission denied";
 const BAD_PASSWORD: &str = "etcdserver: authentication failed, invalid user ID or password";
 /// How long a restarted member may take to catch up and serve a login.
 const CATCH_UP_WITHIN: Duration = Duration::from_secs(60);
+/// How long the cluster may take to elect a new leader.
+const ELECTION_WITHIN: Duration = Duration::from_secs(30);
 /// How long a refused watch may take to end.
 const WATCH_ENDS_WITHIN: Duration = Duration::from_secs(20);
 /// Puts while a member is down: past the 5000 entries etcd keeps for
@@ -59,6 +61,23 @@ fn etcdctl(endpoint: &str, flags: &[String], args: &[&str]) -> (bool, String) {
 fn ok(what: &str, endpoint: &str, flags: &[String], args: &[&str], expected: &str) {
     let (ok, said) = etcdctl(endpoint, flags, args);
     assert!(ok && said.contains(expected), "{what}: {args:?}: {said}");
+}
+
+/// As [`ok`], trying again while the cluster elects a leader (the member
+/// just killed may have led).
+fn ok_after_election(what: &str, endpoint: &str, flags: &[String], args: &[&str], expected: &str) {
+    let deadline = Instant::now() + ELECTION_WITHIN;
+    loop {
+        let (ok, said) = etcdctl(endpoint, flags, args);
+        if ok && said.contains(expected) {
+            return;
+        }
+        let electing = ["leader changed", "no leader", "timed out", "deadline exceeded"]
+            .iter()
+            .any(|e| said.contains(e));
+        assert!(electing && Instant::now() < deadline, "{what}: {args:?}: {said}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Asserts etcdctl fails with `expected`.
@@ -190,7 +209,7 @@ fn walk_through(binary: &Path, dir: &Path, base: u16, certs: &Certs) {
 fn catch_up_by_snapshot(what: &str, cluster: &mut common::Cluster, certs: &Certs, root: &[String]) {
     let endpoint = cluster.members[0].endpoint();
     cluster.kill(2);
-    ok(
+    ok_after_election(
         what,
         &endpoint,
         root,
