@@ -44,8 +44,8 @@ fn auth_as_etcd() {
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = Certs::generate(&dir.path().join("certs"), &["root", "alice"]);
     let etcd = common::etcd_tool("ETCD_BIN", "etcd");
-    walk_through(&etcd, &dir.path().join("etcd"), 34379, &certs);
-    walk_through(&common::kv_server(), &dir.path().join("kv"), 34479, &certs);
+    walk_through(&etcd, &dir.path().join("etcd"), 31579, &certs);
+    walk_through(&common::kv_server(), &dir.path().join("kv"), 31679, &certs);
 }
 
 /// etcdctl with `flags` before `args`: whether it succeeded, and what it

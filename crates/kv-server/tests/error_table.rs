@@ -475,8 +475,8 @@ async fn auth_rows(binary: &std::path::Path, base: u16) -> Vec<(Code, String)> {
 // the apply stage (`apply::stage`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_error_rows_match_etcd() {
-    let etcd = auth_rows(&common::etcd_tool("ETCD_BIN", "etcd"), 35379).await;
-    let ours = auth_rows(&common::kv_server(), 35479).await;
+    let etcd = auth_rows(&common::etcd_tool("ETCD_BIN", "etcd"), 31779).await;
+    let ours = auth_rows(&common::kv_server(), 31879).await;
     let expected: Vec<(Code, String)> = [
         (Code::FailedPrecondition, "etcdserver: root user does not exist"),
         (

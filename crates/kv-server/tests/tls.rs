@@ -26,8 +26,8 @@ fn tls_with_client_certificates_as_etcd() {
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = Certs::generate(&dir.path().join("certs"), &["root"]);
     let etcd = common::etcd_tool("ETCD_BIN", "etcd");
-    walk_through(&etcd, &dir.path().join("etcd"), 33379, &certs);
-    walk_through(&common::kv_server(), &dir.path().join("kv"), 33479, &certs);
+    walk_through(&etcd, &dir.path().join("etcd"), 31379, &certs);
+    walk_through(&common::kv_server(), &dir.path().join("kv"), 31479, &certs);
 }
 
 /// etcdctl as `flags` (TLS flags first).

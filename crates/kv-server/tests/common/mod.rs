@@ -2,6 +2,10 @@
 //! tests: this project's kv-server or a real etcd, started with the same
 //! etcd flags. Members can be killed with SIGKILL and restarted on their
 //! data directories.
+//!
+//! Test clusters take ports below 32768, outside Linux's ephemeral range
+//! (32768–60999): a port in it can be held at any moment as the source
+//! port of some client's connection, and a member then fails to bind it.
 
 #![allow(dead_code)]
 
