@@ -36,25 +36,8 @@ work=$(mktemp -d)
 trap 'scripts/local-cluster.sh stop "$work/etcd" || true; scripts/local-cluster.sh stop "$work/kv-server" || true; rm -rf "$work"' EXIT
 endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
 
-# member_ticks, max_rss_kb
+# member_ticks, max_rss_kb, bench
 source scripts/member-stats.sh
-
-# Clock ticks of user + system time this shell's finished children used.
-children_ticks() {
-    awk '{print $16 + $17}' "/proc/$$/stat"
-}
-
-# Runs etcd's benchmark tool; sets REPORT, TOOL (its CPU ticks) and
-# MEMBERS (the members' CPU ticks) for the run.
-bench() {  # dir tool-args...
-    local dir=$1 members_before tool_before
-    shift
-    members_before=$(member_ticks "$dir")
-    tool_before=$(children_ticks)
-    REPORT=$("$ETCD_BENCHMARK_BIN" "$@" 2>&1)
-    TOOL=$(($(children_ticks) - tool_before))
-    MEMBERS=$(($(member_ticks "$dir") - members_before))
-}
 
 row() {  # server workload report rss member-ticks tool-ticks requests
     local qps avg p99 errors cpu tool

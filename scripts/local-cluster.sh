@@ -9,9 +9,22 @@
 # Members: infra1 (clients 2379, peers 2380), infra2 (22379, 22380),
 # infra3 (32379, 32380). Data and logs go under DIR; pids in DIR/pids.
 # `start` waits (at most 20 s) until every member reports healthy.
+# With TLS_DIR set to a directory scripts/make-certs.sh filled, client and
+# peer URLs are https:// with certificate auth on both.
 set -euo pipefail
 command=${1:?usage: local-cluster.sh start BINARY DIR | stop DIR | restart BINARY DIR I}
-cluster="infra1=http://127.0.0.1:2380,infra2=http://127.0.0.1:22380,infra3=http://127.0.0.1:32380"
+scheme=http
+tls_flags=()
+curl_tls=()
+if [ -n "${TLS_DIR:-}" ]; then
+    scheme=https
+    tls_flags=(--cert-file "$TLS_DIR/member.pem" --key-file "$TLS_DIR/member-key.pem"
+        --trusted-ca-file "$TLS_DIR/ca.pem" --client-cert-auth
+        --peer-cert-file "$TLS_DIR/member.pem" --peer-key-file "$TLS_DIR/member-key.pem"
+        --peer-trusted-ca-file "$TLS_DIR/ca.pem" --peer-client-cert-auth)
+    curl_tls=(--cacert "$TLS_DIR/ca.pem" --cert "$TLS_DIR/client.pem" --key "$TLS_DIR/client-key.pem")
+fi
+cluster="infra1=$scheme://127.0.0.1:2380,infra2=$scheme://127.0.0.1:22380,infra3=$scheme://127.0.0.1:32380"
 
 # Waits, at most 5 s, until none of the pids in FILE is alive.
 wait_gone() {  # file
@@ -29,12 +42,12 @@ start_member() {  # binary dir i [flags...]
     local binary=$1 dir=$2 i=$3 prefix client peer
     shift 3
     prefix=$([ "$i" = 1 ] && echo "" || echo "$i")
-    client="http://127.0.0.1:${prefix}2379"; peer="http://127.0.0.1:${prefix}2380"
+    client="$scheme://127.0.0.1:${prefix}2379"; peer="$scheme://127.0.0.1:${prefix}2380"
     "$binary" --name "infra$i" --data-dir "$dir/infra$i" \
         --listen-client-urls "$client" --advertise-client-urls "$client" \
         --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
         --initial-cluster "$cluster" --initial-cluster-token local-cluster \
-        --initial-cluster-state new "$@" >> "$dir/infra$i.log" 2>&1 &
+        --initial-cluster-state new ${tls_flags[@]+"${tls_flags[@]}"} "$@" >> "$dir/infra$i.log" 2>&1 &
     echo $!
 }
 
@@ -49,7 +62,7 @@ start)
     for _ in $(seq 1 200); do
         healthy=0
         for port in 2379 22379 32379; do
-            curl -fs "http://127.0.0.1:$port/health" 2>/dev/null | grep -q '"health":"true"' && healthy=$((healthy + 1))
+            curl -fs ${curl_tls[@]+"${curl_tls[@]}"} "$scheme://127.0.0.1:$port/health" 2>/dev/null | grep -q '"health":"true"' && healthy=$((healthy + 1))
         done
         [ "$healthy" = 3 ] && exit 0
         sleep 0.1

@@ -24,3 +24,21 @@ max_rss_kb() {  # dir
     done < "$1/pids"
     echo "$max"
 }
+
+# Clock ticks of user + system time this shell's finished children used.
+children_ticks() {
+    awk '{print $16 + $17}' "/proc/$$/stat"
+}
+
+# Runs etcd's benchmark tool ($ETCD_BENCHMARK_BIN) against the cluster in
+# DIR; sets REPORT, TOOL (its CPU ticks) and MEMBERS (the members' CPU
+# ticks) for the run.
+bench() {  # dir tool-args...
+    local dir=$1 members_before tool_before
+    shift
+    members_before=$(member_ticks "$dir")
+    tool_before=$(children_ticks)
+    REPORT=$("$ETCD_BENCHMARK_BIN" "$@" 2>&1)
+    TOOL=$(($(children_ticks) - tool_before))
+    MEMBERS=$(($(member_ticks "$dir") - members_before))
+}

@@ -44,18 +44,8 @@ created_steps=1200
 # Seconds the stalled streams are held: past any put row here.
 stall_hold=600
 
-# member_ticks, rss_kb, max_rss_kb
+# member_ticks, rss_kb, max_rss_kb, bench
 source scripts/member-stats.sh
-
-# Runs etcd's benchmark tool; sets REPORT and MEMBERS (the members' CPU
-# ticks) for the run.
-bench() {  # dir tool-args...
-    local dir=$1 before
-    shift
-    before=$(member_ticks "$dir")
-    REPORT=$("$ETCD_BENCHMARK_BIN" "$@" 2>&1)
-    MEMBERS=$(($(member_ticks "$dir") - before))
-}
 
 # Starts `loadgen watchers` in the background and waits until it reports
 # every watcher created; sets holder to its pid.

@@ -25,6 +25,8 @@ use raft::prelude::Message;
 
 use crate::apply::input::APPLY_QUEUE_CAPACITY;
 use crate::apply::stage::Stage;
+use crate::auth::state::AuthState;
+use crate::auth::{Auth, Caller};
 use crate::error::RequestError;
 use crate::member::lessor::Lessor;
 use crate::member::waiters::Waiters;
@@ -33,7 +35,7 @@ use crate::membership::{Member as ClusterMember, Membership, SharedMembership};
 use crate::peer::snapshot_send::SnapshotSource;
 use crate::peer::transport::PeerSet;
 use crate::proto::etcdserverpb as pb;
-use crate::proto::kvserverpb::{raft_request, RaftRequest};
+use crate::proto::kvserverpb::{auth_request, raft_request, AuthRequest, RaftRequest};
 use crate::raft::input::{NodeInput, Outbox, NODE_INPUT_CAPACITY};
 use crate::raft::node::{Node, NodeConfig, NodeParts, SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT};
 use crate::raft::status::RaftStatus;
@@ -83,6 +85,7 @@ struct TestMember {
     status: Arc<RaftStatus>,
     waiters: Arc<Waiters>,
     store: Arc<mvcc::Store>,
+    auth: Arc<Auth>,
 }
 
 fn start(id: u64, network: &Network) -> TestMember {
@@ -145,6 +148,8 @@ fn start(id: u64, network: &Network) -> TestMember {
         apply,
     };
     let node = Node::new(parts, &crate::raft::logger::logger()).unwrap();
+    let ttl = Duration::from_secs(crate::auth::tokens::TOKEN_TTL_DEFAULT_SECONDS);
+    let auth = Arc::new(Auth::new(AuthState::default(), ttl, crate::auth::BCRYPT_COST_DEFAULT));
     let stage = Stage {
         member_id: id,
         dir: dir.clone(),
@@ -156,11 +161,7 @@ fn start(id: u64, network: &Network) -> TestMember {
         marker,
         membership: Arc::new(SharedMembership::new(membership)),
         peers,
-        auth: Arc::new(crate::auth::Auth::new(
-            crate::auth::state::AuthState::default(),
-            std::time::Duration::from_secs(crate::auth::tokens::TOKEN_TTL_DEFAULT_SECONDS),
-            crate::auth::BCRYPT_COST_DEFAULT,
-        )),
+        auth: auth.clone(),
         stop: Arc::new(tokio::sync::Notify::new()),
     };
     std::thread::spawn(move || stage.run(applies));
@@ -172,21 +173,21 @@ fn start(id: u64, network: &Network) -> TestMember {
         status,
         waiters,
         store,
+        auth,
     }
 }
 
-/// Puts `key` through `member`'s loop, as `Member::propose` does; the
-/// revision it applied at, or why it failed.
-async fn put(member: &TestMember, key: &str) -> Result<i64, RequestError> {
+/// Proposes `request` made by `caller` through `member`'s loop, as
+/// `Member::propose_as` does; the store's answer, or why it failed.
+async fn propose(
+    member: &TestMember,
+    request: raft_request::Request,
+    caller: &Caller,
+) -> Result<mvcc::WriteResponse, RequestError> {
     let (sequence, answer) = member.waiters.register();
-    let request = raft_request::Request::Put(pb::PutRequest {
-        key: key.as_bytes().to_vec(),
-        value: b"v".to_vec(),
-        ..Default::default()
-    });
     let data = RaftRequest {
-        auth_revision: 0,
-        user: String::new(),
+        auth_revision: caller.revision,
+        user: caller.user.clone(),
         member: member.id,
         sequence,
         request: Some(request),
@@ -197,10 +198,26 @@ async fn put(member: &TestMember, key: &str) -> Result<i64, RequestError> {
         .await
         .expect("answered in time")
         .unwrap()?;
-    match applied.response? {
+    Ok(applied.response?)
+}
+
+/// Puts `key` through `member`'s loop as `caller`; the revision it
+/// applied at, or why it failed.
+async fn put_as(member: &TestMember, key: &str, caller: &Caller) -> Result<i64, RequestError> {
+    let request = raft_request::Request::Put(pb::PutRequest {
+        key: key.as_bytes().to_vec(),
+        value: b"v".to_vec(),
+        ..Default::default()
+    });
+    match propose(member, request, caller).await? {
         mvcc::WriteResponse::Put(put) => Ok(put.revision),
         other => panic!("a put answered {other:?}"),
     }
+}
+
+/// Puts `key` with auth off.
+async fn put(member: &TestMember, key: &str) -> Result<i64, RequestError> {
+    put_as(member, key, &Caller::default()).await
 }
 
 /// A linearizable read's wait on `member`.
@@ -276,6 +293,69 @@ async fn three_members_over_channels() {
     network.cut_off.lock().clear();
     eventually("the old leader catches up", || {
         by_id(leader).store.current_revision() == after_change && by_id(leader).status.leader() == new_leader.id
+    })
+    .await;
+    network.inputs.lock().clear();
+}
+
+/// Proposes an auth change as `user` through `member`.
+async fn change_auth(member: &TestMember, change: auth_request::Request, user: &str) -> Result<(), RequestError> {
+    let request = raft_request::Request::Auth(AuthRequest { request: Some(change) });
+    let caller = Caller {
+        user: user.into(),
+        revision: 0,
+    };
+    propose(member, request, &caller).await.map(drop)
+}
+
+// Goal: a write whose permissions were checked at an auth revision that
+// an auth change has since passed is refused at apply with etcd's "revision
+// of auth store is old"; checked at the current revision it applies; and
+// every member holds the same auth state. Auth management needs root once
+// auth is on.
+// Method: the three members over channels; auth changes and puts made
+// with the caller and revision the API would send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_checked_before_an_auth_change_is_refused() {
+    use auth_request::Request as Change;
+    let network = Network::default();
+    let members: Vec<TestMember> = VOTERS.iter().map(|&id| start(id, &network)).collect();
+    let leader = agreed_leader(&members.iter().collect::<Vec<_>>()).await;
+    let leader = members.iter().find(|m| m.id == leader).unwrap();
+    let add_root = pb::AuthUserAddRequest {
+        name: "root".into(),
+        hashed_password: "not a real hash".into(),
+        ..Default::default()
+    };
+    change_auth(leader, Change::UserAdd(add_root), "").await.unwrap();
+    let grant = pb::AuthUserGrantRoleRequest {
+        user: "root".into(),
+        role: "root".into(),
+    };
+    change_auth(leader, Change::UserGrantRole(grant), "").await.unwrap();
+    change_auth(leader, Change::Enable(Default::default()), "")
+        .await
+        .unwrap();
+    let checked = leader.auth.state().revision;
+    let root = Caller {
+        user: "root".into(),
+        revision: checked,
+    };
+    put_as(leader, "before", &root).await.unwrap();
+    let role = Change::RoleAdd(pb::AuthRoleAddRequest { name: "r".into() });
+    let refused = change_auth(leader, role.clone(), "nobody").await.unwrap_err();
+    assert!(matches!(refused, RequestError::UserNotFound), "{refused}");
+    change_auth(leader, role, "root").await.unwrap();
+    let stale = put_as(leader, "stale", &root).await.unwrap_err();
+    assert!(matches!(stale, RequestError::AuthOldRevision), "{stale}");
+    let current = Caller {
+        revision: leader.auth.state().revision,
+        ..root
+    };
+    assert!(current.revision > checked);
+    put_as(leader, "after", &current).await.unwrap();
+    eventually("every member holds the same auth state", || {
+        members.iter().all(|m| *m.auth.state() == *leader.auth.state())
     })
     .await;
     network.inputs.lock().clear();
