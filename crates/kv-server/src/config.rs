@@ -111,6 +111,10 @@ pub struct Config {
     )]
     pub experimental_corrupt_check_time: Duration,
 
+    /// Extra URLs to serve `/metrics` and `/health` on (http:// only).
+    #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", default_value = "")]
+    pub listen_metrics_urls: String,
+
     /// The auth token type: only etcd's default, `simple`, is supported.
     #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple", value_parser = ["simple"])]
     pub auth_token: String,

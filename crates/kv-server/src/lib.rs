@@ -26,6 +26,7 @@
 //! - [`auth`]: users, roles, permissions and tokens (etcd's auth).
 //! - [`tls`]: TLS on the client and peer URLs, and who a client
 //!   certificate names.
+//! - [`metrics`]: etcd's Prometheus metrics.
 //! - [`error`]: errors as types; [`allocator`]: mimalloc's settings.
 //!
 //! # A write, end to end
@@ -46,6 +47,7 @@ pub mod config;
 pub(crate) mod error;
 pub(crate) mod member;
 pub(crate) mod membership;
+pub mod metrics;
 pub(crate) mod peer;
 pub mod proto;
 pub(crate) mod raft;

@@ -74,6 +74,7 @@ pub mod key_index;
 pub mod key_value;
 pub mod kv;
 pub mod lease;
+pub mod observer;
 pub mod range;
 pub mod records;
 pub mod request;
@@ -87,6 +88,7 @@ pub use hash::KeyValueHash;
 pub use key_value::{Event, EventKind, KeyValue};
 pub use kv::{ReadView, WriteTxn};
 pub use lease::{Lease, MAX_LEASE_TTL, NO_LEASE};
+pub use observer::Observer;
 pub use request::*;
 pub use revision::Revision;
 pub use store::{

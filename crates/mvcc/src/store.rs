@@ -17,6 +17,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{RwLock, RwLockWriteGuard};
@@ -30,6 +31,7 @@ use crate::key_index::Generation;
 use crate::key_value::{Event, EventKind, KeyValue};
 use crate::kv::{ReadView, WriteTxn};
 use crate::lease::{Lease, LeaseTable};
+use crate::observer::Observer;
 use crate::range;
 use crate::records::{self, Overlay};
 use crate::request::{
@@ -174,6 +176,8 @@ pub struct Store {
     /// A bit for each kind of alarm raised (`1 << kind`), kept with
     /// `State::alarms`, so that every write's check reads no lock.
     alarm_kinds: AtomicU32,
+    /// Told of each apply and commit, once set (the server's metrics).
+    observer: OnceLock<Arc<dyn Observer>>,
 }
 
 /// Whom a restore is for.
@@ -352,7 +356,14 @@ impl Store {
             alarm_kinds,
             max_txn_ops,
             poisoned: AtomicBool::new(false),
+            observer: OnceLock::new(),
         })
+    }
+
+    /// Sets who is told of each apply and commit; only the first call
+    /// takes effect.
+    pub fn observe_with(&self, observer: Arc<dyn Observer>) {
+        let _ = self.observer.set(observer);
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -488,13 +499,19 @@ impl Store {
         let mut batch = std::mem::take(&mut state.batch);
         batch.opened.get_or_insert_with(Instant::now);
         let mut results = Vec::with_capacity(requests.len());
+        let observer = self.observer.get();
         for request in requests {
-            results.push(self.apply_one(&mut state, &mut batch, request));
+            let started = observer.map(|_| Instant::now());
+            let applied = self.apply_one(&mut state, &mut batch, request);
+            if let (Some(observer), Some(started)) = (observer, started) {
+                observer.applied(request, applied.response.is_ok(), started.elapsed());
+            }
+            results.push(applied);
         }
         state.batch = batch;
         state.consistent_index = raft_index;
         if state.batch.is_due() {
-            commit(&self.db.read(), &self.poisoned, &mut state)?;
+            commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
         }
         Ok(results)
     }
@@ -507,7 +524,7 @@ impl Store {
         // The state first, then the database: the order `defragment` takes
         // them in (arguments are evaluated left to right).
         let mut state = self.state.write();
-        commit(&self.db.read(), &self.poisoned, &mut state)
+        commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())
     }
 
     fn apply_one(&self, state: &mut State, batch: &mut Batch, request: &WriteRequest) -> Applied {
@@ -700,7 +717,7 @@ impl Store {
     pub fn snapshot_to(&self, out: &mut impl std::io::Write) -> Result<u64> {
         self.check_usable()?;
         let mut state = self.state.write();
-        commit(&self.db.read(), &self.poisoned, &mut state)?;
+        commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
         let state = RwLockWriteGuard::downgrade(state);
         let io = |e: std::io::Error| Error::Storage(format!("writing a snapshot: {e}"));
         for item in self.db.read().iter() {
@@ -863,7 +880,7 @@ impl Store {
         self.check_usable()?;
         let mut state = self.state.write();
         let mut db = self.db.write();
-        commit(&db, &self.poisoned, &mut state)?;
+        commit(&db, &self.poisoned, &mut state, self.observer.get())?;
         db.flush()?;
         let rewrite = defrag::rewrite_path(&self.path);
         defrag::recover(&self.path)?;
@@ -925,7 +942,7 @@ impl Drop for Store {
         if self.poisoned.load(Ordering::Acquire) {
             return;
         }
-        if let Err(error) = commit(self.db.get_mut(), &self.poisoned, self.state.get_mut()) {
+        if let Err(error) = commit(self.db.get_mut(), &self.poisoned, self.state.get_mut(), None) {
             tracing::warn!(%error, "the open batch could not be written on close");
         }
     }
@@ -934,10 +951,11 @@ impl Drop for Store {
 /// Hands the open batch to sled as one atomic batch, with the current and
 /// compact revisions and the consistent index it reaches. A failure
 /// poisons the store: its index is then ahead of storage.
-fn commit(db: &sled::Db, poisoned: &AtomicBool, state: &mut State) -> Result<()> {
+fn commit(db: &sled::Db, poisoned: &AtomicBool, state: &mut State, observer: Option<&Arc<dyn Observer>>) -> Result<()> {
     if state.batch.opened.is_none() {
         return Ok(());
     }
+    let started = Instant::now();
     let batch = std::mem::take(&mut state.batch);
     let mut sled_batch = batch.sled;
     records::write(&mut sled_batch, batch.overlay, &batch.records);
@@ -948,6 +966,9 @@ fn commit(db: &sled::Db, poisoned: &AtomicBool, state: &mut State) -> Result<()>
         poisoned.store(true, Ordering::Release);
         tracing::error!(%error, "sled failed to apply a batch; the store is poisoned");
         return Err(error.into());
+    }
+    if let Some(observer) = observer {
+        observer.committed(started.elapsed());
     }
     Ok(())
 }

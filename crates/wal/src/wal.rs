@@ -14,7 +14,7 @@
 use std::fs::{self, File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
@@ -91,6 +91,9 @@ pub struct Wal {
     frames_start: usize,
     poisoned: bool,
     sync_latency_us: Histogram<u64>,
+    /// The last write-and-sync: its bytes and its fdatasync's time, until
+    /// [`Wal::take_last_sync`] takes it (the server's metrics).
+    last_sync: Option<(u64, Duration)>,
 }
 
 impl Drop for Wal {
@@ -143,6 +146,7 @@ impl Wal {
             frames_start: 0,
             poisoned: false,
             sync_latency_us: new_latency_histogram(),
+            last_sync: None,
         })
     }
 
@@ -183,6 +187,7 @@ impl Wal {
             frames_start: 0,
             poisoned: false,
             sync_latency_us: new_latency_histogram(),
+            last_sync: None,
         };
         Ok((wal, recovered.replay))
     }
@@ -334,6 +339,12 @@ impl Wal {
         (&self.tail.path, self.tail.offset)
     }
 
+    /// The bytes and fdatasync time of the last write since the last call,
+    /// if there was one.
+    pub fn take_last_sync(&mut self) -> Option<(u64, Duration)> {
+        self.last_sync.take()
+    }
+
     /// Latency of every `fdatasync` a save made, in microseconds.
     pub fn sync_latency_us(&self) -> &Histogram<u64> {
         &self.sync_latency_us
@@ -395,8 +406,10 @@ impl Wal {
             tracing::error!(path = %tail.path.display(), %error, "fdatasync failed; the log is poisoned");
             return Err(Error::io("fdatasync", &tail.path, error));
         }
-        let micros = (started.elapsed().as_micros() as u64).clamp(1, SYNC_LATENCY_US_MAX);
+        let took = started.elapsed();
+        let micros = (took.as_micros() as u64).clamp(1, SYNC_LATENCY_US_MAX);
         self.sync_latency_us.saturating_record(micros);
+        self.last_sync = Some((frames_bytes as u64, took));
         self.tail.offset += frames_bytes as u64;
         Ok(())
     }

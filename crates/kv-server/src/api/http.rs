@@ -1,10 +1,11 @@
-//! Plain HTTP on the client port, as etcd serves it: `/health` and
-//! `/version`.
+//! Plain HTTP on the client port, as etcd serves it: `/health`,
+//! `/version` and `/metrics`.
 //!
 //! `/health` answers as etcd 3.5 does: unhealthy with reason
 //! `RAFT NO LEADER` when no leader is known, or `QGET ERROR:<cause>` when a
 //! linearizable read does not complete within a second; otherwise healthy.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,8 +37,43 @@ async fn health(member: Arc<Member>) -> (StatusCode, Json<Value>) {
     }
 }
 
-pub fn routes(member: Arc<Member>) -> Router {
+/// `/metrics`: every metric as Prometheus text, with the gauges that
+/// describe the member's state read now.
+async fn metrics_text(member: Arc<Member>) -> impl axum::response::IntoResponse {
+    let metrics = crate::metrics::metrics();
+    let leader = member.leader();
+    metrics.server.has_leader.set(i64::from(leader != 0));
+    metrics.server.is_leader.set(i64::from(leader == member.member_id()));
+    metrics.server.proposals_committed.set(member.status.committed() as i64);
+    metrics.server.proposals_applied.set(member.status.applied() as i64);
+    metrics.server.proposals_pending.set(member.waiters.len() as i64);
+    let mvcc = &metrics.mvcc;
+    mvcc.db_total_size.set(member.disk_bytes.load(Ordering::Relaxed) as i64);
+    mvcc.db_total_size_in_use
+        .set(member.live_bytes.load(Ordering::Relaxed) as i64);
+    mvcc.keys_total.set(member.store.indexed_keys() as i64);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        metrics.encode(),
+    )
+}
+
+/// The routes a `--listen-metrics-urls` listener serves: `/metrics` and
+/// `/health`, as etcd's metrics listeners do.
+pub fn metrics_routes(member: Arc<Member>) -> Router {
+    let for_health = member.clone();
     Router::new()
+        .route("/metrics", get(move || metrics_text(member.clone())))
+        .route("/health", get(move || health(for_health.clone())))
+}
+
+pub fn routes(member: Arc<Member>) -> Router {
+    let for_metrics = member.clone();
+    Router::new()
+        .route("/metrics", get(move || metrics_text(for_metrics.clone())))
         .route("/health", get(move || health(member.clone())))
         .route(
             "/version",

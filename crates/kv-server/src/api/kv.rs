@@ -50,6 +50,7 @@ fn txn_put_bytes(txn: &mvcc::TxnRequest) -> usize {
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
+        crate::metrics::metrics().mvcc.range_total.inc();
         let touch = (
             &request.get_ref().key[..],
             &request.get_ref().range_end[..],

@@ -37,8 +37,21 @@ impl PeerService {
 impl Peer for PeerService {
     async fn stream(&self, request: Request<Streaming<RaftBatch>>) -> Result<Response<PeerAck>, Status> {
         let mut stream = request.into_inner();
+        let mut received: Option<(u64, prometheus::IntCounter)> = None;
         while let Some(batch) = stream.message().await? {
             let removed = self.member.membership.get().removed.contains(&batch.from);
+            let counter = match &received {
+                Some((from, counter)) if *from == batch.from => counter,
+                _ => {
+                    let from = format!("{:x}", batch.from);
+                    let counter = crate::metrics::metrics()
+                        .network
+                        .peer_received_bytes
+                        .with_label_values(&[&from]);
+                    &received.insert((batch.from, counter)).1
+                }
+            };
+            counter.inc_by(batch.messages.iter().map(|m| m.len() as u64).sum());
             for bytes in batch.messages {
                 let message = Message::parse_from_bytes(&bytes)
                     .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;

@@ -239,3 +239,55 @@ impl Member {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::request_op::Request as Op;
+
+    fn op(request: Op) -> pb::RequestOp {
+        pb::RequestOp { request: Some(request) }
+    }
+
+    // Goal: a txn touches what etcd's `checkTxnAuth` checks: every
+    // compare and range for read, every put and delete for write (and
+    // for read with `prev_kv`), in both branches and nested txns.
+    #[test]
+    fn a_txn_touches_both_branches_and_nested_txns() {
+        let nested = pb::TxnRequest {
+            success: vec![op(Op::RequestPut(pb::PutRequest {
+                key: b"deep".to_vec(),
+                ..Default::default()
+            }))],
+            ..Default::default()
+        };
+        let txn = pb::TxnRequest {
+            compare: vec![pb::Compare {
+                key: b"c".to_vec(),
+                ..Default::default()
+            }],
+            success: vec![op(Op::RequestRange(pb::RangeRequest {
+                key: b"r".to_vec(),
+                range_end: b"s".to_vec(),
+                ..Default::default()
+            }))],
+            failure: vec![
+                op(Op::RequestDeleteRange(pb::DeleteRangeRequest {
+                    key: b"d".to_vec(),
+                    prev_kv: true,
+                    ..Default::default()
+                })),
+                op(Op::RequestTxn(nested)),
+            ],
+        };
+        let touched: Vec<(&[u8], &[u8], Access)> = txn_touches(&txn);
+        let expected: Vec<(&[u8], &[u8], Access)> = vec![
+            (b"c", b"", Access::Read),
+            (b"r", b"s", Access::Read),
+            (b"d", b"", Access::Write),
+            (b"d", b"", Access::Read),
+            (b"deep", b"", Access::Write),
+        ];
+        assert_eq!(touched, expected);
+    }
+}

@@ -162,6 +162,26 @@ impl Member {
         caller: &Caller,
     ) -> Result<mvcc::WriteResponse, RequestError> {
         self.refuse_if_corrupt(&request)?;
+        let result = self.propose_unobserved(request, caller).await;
+        if let Err(
+            RequestError::TimedOut
+            | RequestError::NoLeader
+            | RequestError::LeaderChanged
+            | RequestError::Stopped
+            | RequestError::TooManyRequests,
+        ) = &result
+        {
+            crate::metrics::metrics().server.proposals_failed.inc();
+        }
+        result
+    }
+
+    /// [`Member::propose_as`] without counting failures.
+    async fn propose_unobserved(
+        &self,
+        request: raft_request::Request,
+        caller: &Caller,
+    ) -> Result<mvcc::WriteResponse, RequestError> {
         if self.status.committed().saturating_sub(self.status.applied()) > APPLY_LAG_ENTRIES_MAX {
             return Err(RequestError::TooManyRequests);
         }

@@ -10,6 +10,7 @@
 //!   leader, who alone tracks deadlines.
 //! - [`lessor`]: the leader's lease deadlines.
 //! - [`lease_ids`]: lease ids shaped as etcd's.
+//! - [`probe`]: the round trip to each peer, for the metrics.
 //! - [`reconfigure`]: membership changes, checked as etcd checks them.
 //! - [`waiters`]: clients waiting for their proposals to apply.
 //! - [`watch_hub`]: what the apply stage publishes to watch streams.
@@ -20,6 +21,7 @@ pub mod corruption;
 pub mod lease;
 pub mod lease_ids;
 pub mod lessor;
+pub mod probe;
 pub mod reconfigure;
 pub mod waiters;
 pub mod watch_hub;

@@ -52,6 +52,11 @@ impl Waiters {
     }
 
     /// Drops a waiter that gave up.
+    /// Proposals waiting for their answer: etcd's pending proposals.
+    pub fn len(&self) -> usize {
+        self.waiting.lock().len()
+    }
+
     pub fn forget(&self, sequence: u64) {
         self.waiting.lock().remove(&sequence);
     }

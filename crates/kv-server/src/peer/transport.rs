@@ -211,6 +211,10 @@ async fn send_loop(peers: Arc<PeerSet>, peer: u64, url: String, mut queue: mpsc:
                 // a broken stream ends it with `Reconnect`. (Both once
                 // returned alike, and when the stream broke and the pump
                 // noticed first, the peer was never reached again.)
+                let sent_bytes = crate::metrics::metrics()
+                    .network
+                    .peer_sent_bytes
+                    .with_label_values(&[&format!("{peer:x}")]);
                 let pump = async {
                     while let Some(first) = queue.recv().await {
                         let mut bytes = first.len();
@@ -224,6 +228,7 @@ async fn send_loop(peers: Arc<PeerSet>, peer: u64, url: String, mut queue: mpsc:
                                 Err(_) => break,
                             }
                         }
+                        sent_bytes.inc_by(bytes as u64);
                         if batches.send(RaftBatch { from: local, messages }).await.is_err() {
                             return PumpEnd::Reconnect;
                         }

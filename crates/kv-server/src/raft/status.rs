@@ -38,7 +38,10 @@ impl RaftStatus {
     /// The raft loop's view after a Ready.
     pub fn set_raft(&self, term: u64, leader: u64, committed: u64) {
         self.term.store(term, Ordering::Release);
-        self.leader.store(leader, Ordering::Release);
+        let before = self.leader.swap(leader, Ordering::AcqRel);
+        if leader != before && leader != 0 {
+            crate::metrics::metrics().server.leader_changes.inc();
+        }
         self.committed.store(committed, Ordering::Release);
     }
 

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use crate::metrics::metrics;
 use crate::tls::ClientIdentity;
 
 /// Open connections per peer listener: each peer keeps a raft stream, a
@@ -92,6 +93,7 @@ async fn accept_loop(
         let Some(acceptor) = tls.clone() else {
             let connection = Connection {
                 stream: Stream::Plain(stream),
+                client: true,
                 identity: ClientIdentity::default(),
                 _permit: permit,
             };
@@ -111,6 +113,7 @@ async fn accept_loop(
             let identity = ClientIdentity::of(stream.get_ref().1);
             let connection = Connection {
                 stream: Stream::Tls(Box::new(stream)),
+                client: true,
                 identity,
                 _permit: permit,
             };
@@ -123,6 +126,8 @@ async fn accept_loop(
 /// while open.
 pub struct Connection {
     stream: Stream,
+    /// Whether its bytes count as client gRPC bytes (not on the peer port).
+    client: bool,
     identity: ClientIdentity,
     _permit: OwnedSemaphorePermit,
 }
@@ -153,7 +158,10 @@ impl BoundedListener {
     /// The connections as tonic's server takes them (the peer port).
     pub fn into_incoming(self) -> impl tokio_stream::Stream<Item = io::Result<Connection>> {
         use tokio_stream::StreamExt as _;
-        tokio_stream::wrappers::ReceiverStream::new(self.established).map(|(connection, _)| Ok(connection))
+        tokio_stream::wrappers::ReceiverStream::new(self.established).map(|(mut connection, _)| {
+            connection.client = false;
+            Ok(connection)
+        })
     }
 }
 
@@ -182,19 +190,34 @@ macro_rules! on_stream {
     };
 }
 
+/// Counts what a write sent in `etcd_network_client_grpc_sent_bytes_total`.
+fn count_sent(client: bool, polled: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+    if let (true, Poll::Ready(Ok(sent))) = (client, &polled) {
+        metrics().network.client_sent_bytes.inc_by(*sent as u64);
+    }
+    polled
+}
+
 impl AsyncRead for Connection {
     fn poll_read(
         mut self: Pin<&mut Self>,
         context: &mut Context<'_>,
         buffer: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        on_stream!(self, poll_read(context, buffer))
+        let before = buffer.filled().len();
+        let polled = on_stream!(self, poll_read(context, buffer));
+        let read = buffer.filled().len() - before;
+        if read > 0 && self.client {
+            metrics().network.client_received_bytes.inc_by(read as u64);
+        }
+        polled
     }
 }
 
 impl AsyncWrite for Connection {
     fn poll_write(mut self: Pin<&mut Self>, context: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
-        on_stream!(self, poll_write(context, bytes))
+        let client = self.client;
+        count_sent(client, on_stream!(self, poll_write(context, bytes)))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -210,7 +233,8 @@ impl AsyncWrite for Connection {
         context: &mut Context<'_>,
         buffers: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        on_stream!(self, poll_write_vectored(context, buffers))
+        let client = self.client;
+        count_sent(client, on_stream!(self, poll_write_vectored(context, buffers)))
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -37,6 +37,7 @@ pub async fn serve(member: Arc<Member>, node: SyncSender<NodeInput>, dir: DataDi
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_service_status("", ServingStatus::NotServing).await;
     serve_clients(&member, health_service).await?;
+    serve_metrics(&member).await?;
     tasks::spawn(member.clone(), health);
     tokio::select! {
         _ = shutdown_signal() => tracing::info!("stopping"),
@@ -121,6 +122,7 @@ async fn serve_clients(
     .add_service(health_service)
     .into_axum_router()
     .layer(axum::middleware::from_fn_with_state(member_of(), learner::gate))
+    .layer(axum::middleware::from_fn(crate::metrics::grpc::count_calls))
     .merge(http::routes(member_of()));
     for url in config::urls(&member.config.listen_client_urls) {
         let tls = tls_for(&url, || member.config.tls.client_server_config())?;
@@ -136,6 +138,27 @@ async fn serve_clients(
             }
         });
         tracing::info!(url, "serving clients");
+    }
+    Ok(())
+}
+
+/// `--listen-metrics-urls`: `/metrics` and `/health` on plain HTTP.
+async fn serve_metrics(member: &Arc<Member>) -> Result<(), Error> {
+    for url in config::urls(&member.config.listen_metrics_urls) {
+        if config::is_https(&url) {
+            return Err(Error::Flag {
+                flag: "listen-metrics-urls",
+                reason: format!("{url}: only http:// metrics URLs are supported"),
+            });
+        }
+        let listener = bind(&url, "listen-metrics-urls").await?;
+        let router = http::metrics_routes(member.clone());
+        tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, router).await {
+                tracing::error!(%error, "metrics server stopped");
+            }
+        });
+        tracing::info!(url, "serving metrics");
     }
     Ok(())
 }

@@ -56,6 +56,10 @@ pub fn run(config: Config) -> Result<(), Error> {
     }
     let opened = open(&config)?;
     let membership = opened.membership.clone();
+    crate::metrics::metrics().describe_member(membership.local_id, config.quota_backend_bytes);
+    opened
+        .store
+        .observe_with(Arc::new(crate::metrics::StoreObserver::default()));
     tracing::info!(
         name = config.name,
         member_id = format!("{:x}", membership.local_id),

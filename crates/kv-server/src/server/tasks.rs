@@ -46,6 +46,8 @@ pub fn spawn(member: Arc<Member>, health: HealthReporter) {
     tokio::spawn(publish_attributes(member.clone()));
     tokio::spawn(member.clone().revoke_expired_leases());
     tokio::spawn(sweep_tokens(member.clone()));
+    let prober = member.clone();
+    tokio::spawn(async move { prober.probe_peers().await });
     if member.config.experimental_initial_corrupt_check {
         let checker = member.clone();
         tokio::spawn(async move { checker.initial_corrupt_check().await });

@@ -152,6 +152,11 @@ impl DurableLog {
             commit: hs.commit,
         });
         self.wal.save(&wal_entries, wal_hard_state.as_ref())?;
+        if let Some((bytes, took)) = self.wal.take_last_sync() {
+            let metrics = crate::metrics::metrics();
+            metrics.disk.wal_fsync.observe(took.as_secs_f64());
+            metrics.disk.wal_write_bytes.add(bytes as i64);
+        }
         let mut core = self.memory.wl();
         if !entries.is_empty() {
             core.append(entries).expect("entries follow the log");

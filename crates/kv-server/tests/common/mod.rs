@@ -257,7 +257,9 @@ impl Cluster {
         cluster
     }
 
-    fn new(binary: &Path, dir: &Path, base: u16, count: u16, extra: &[&str]) -> Cluster {
+    /// The members of a cluster as [`Cluster::start_members`] places them,
+    /// not started: set their `env` and call [`Cluster::start_all`].
+    pub fn new(binary: &Path, dir: &Path, base: u16, count: u16, extra: &[&str]) -> Cluster {
         let members = (0..count)
             .map(|i| Member {
                 name: format!("infra{}", i + 1),
@@ -277,7 +279,8 @@ impl Cluster {
         }
     }
 
-    fn start_all(&mut self) {
+    /// Starts every member and waits until all are healthy.
+    pub fn start_all(&mut self) {
         let all: Vec<usize> = (0..self.members.len()).collect();
         for &i in &all {
             self.spawn(i);
@@ -442,4 +445,41 @@ pub fn health_response(port: u16) -> String {
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     response
+}
+
+/// GET `path` on 127.0.0.1:`port` over HTTP/1.0 (so no server chunks the
+/// body): the raw response, or an empty string when nothing answers.
+pub fn http_get(port: u16, path: &str) -> String {
+    let Ok(mut stream) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500)) else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+/// A process run for the length of a test step; killed when dropped.
+pub struct Background(Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `etcdctl watch KEY` against `endpoint`, left running until dropped.
+pub fn etcdctl_watch_in_background(endpoint: &str, key: &str) -> Background {
+    let child = Command::new(etcd_tool("ETCDCTL_BIN", "etcdctl"))
+        .args(["--endpoints", endpoint, "watch", key])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run etcdctl watch");
+    Background(child)
 }

@@ -22,6 +22,7 @@ use crate::config::GRPC_OVERHEAD_BYTES;
 use crate::error::RequestError;
 use crate::member::core::Member;
 use crate::member::watch_hub::{Changes, PreviousValue, Published};
+use crate::metrics::metrics;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::watch_wire::{event_field, wire_event, EventFields};
 
@@ -121,6 +122,13 @@ pub fn start(
     };
     tokio::spawn(stream.run(requests, hub, require_leader));
     responses
+}
+
+impl Drop for WatchStream {
+    /// The stream's watchers end with it.
+    fn drop(&mut self) {
+        metrics().mvcc.watcher_total.sub(self.watchers.len() as i64);
+    }
 }
 
 impl WatchStream {
@@ -237,6 +245,7 @@ impl WatchStream {
                 let Some(watcher) = self.watchers.remove(&cancel.watch_id) else {
                     return Ok(());
                 };
+                metrics().mvcc.watcher_total.dec();
                 self.matcher.remove(cancel.watch_id, &watcher.shape);
                 // Its waiting events go too.
                 self.out.forget(watcher.serial);
@@ -322,6 +331,7 @@ impl WatchStream {
         let starts_in_past = watcher.next <= current;
         self.matcher.add(id, &watcher.shape);
         self.watchers.insert(id, watcher);
+        metrics().mvcc.watcher_total.inc();
         let response = pb::WatchResponse {
             header: self.header(current),
             watch_id: id,
@@ -360,7 +370,12 @@ impl WatchStream {
             reason = "the hub moved on",
             "a watch stream fell behind the hub; catching up from history"
         );
-        self.resync().await
+        // Its watchers are etcd's unsynced ones while it catches up.
+        let behind = self.watchers.len() as i64;
+        metrics().mvcc.slow_watcher_total.add(behind);
+        let caught_up = self.resync().await;
+        metrics().mvcc.slow_watcher_total.sub(behind);
+        caught_up
     }
 
     /// One applied batch: its events are matched to the stream's groups of
@@ -495,6 +510,7 @@ impl WatchStream {
                 Ok(changes) => changes,
                 Err(mvcc::Error::Compacted) => {
                     let watcher = self.watchers.remove(&id).expect("just read");
+                    metrics().mvcc.watcher_total.dec();
                     self.matcher.remove(id, &watcher.shape);
                     self.out.forget(watcher.serial);
                     // etcd's compacted response carries no revision.

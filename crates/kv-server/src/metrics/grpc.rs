@@ -1,0 +1,227 @@
+//! gRPC call counts as go-grpc-prometheus reports them in etcd:
+//! `grpc_server_started_total` when a call arrives and
+//! `grpc_server_handled_total` when it ends, with its code, labelled by
+//! method, service and type. Every method of etcd's services starts at 0,
+//! with every code, as go-grpc-prometheus initialises them.
+//!
+//! A call ends when its response body does: its status is in the
+//! trailers, or in the headers for an answer made of trailers alone. A
+//! body dropped before it ends (the client went away) counts as
+//! `Canceled`.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
+use bytes::Bytes;
+use http_body::Frame;
+use prometheus::{IntCounter, IntCounterVec, Opts};
+
+/// gRPC's codes, by number, as go-grpc-prometheus names them.
+const CODES: [&str; 17] = [
+    "OK",
+    "Canceled",
+    "Unknown",
+    "InvalidArgument",
+    "DeadlineExceeded",
+    "NotFound",
+    "AlreadyExists",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "Aborted",
+    "OutOfRange",
+    "Unimplemented",
+    "Internal",
+    "Unavailable",
+    "DataLoss",
+    "Unauthenticated",
+];
+
+/// Every method etcd serves: (service, method, type).
+const METHODS: &[(&str, &str, &str)] = &[
+    ("etcdserverpb.KV", "Range", "unary"),
+    ("etcdserverpb.KV", "Put", "unary"),
+    ("etcdserverpb.KV", "DeleteRange", "unary"),
+    ("etcdserverpb.KV", "Txn", "unary"),
+    ("etcdserverpb.KV", "Compact", "unary"),
+    ("etcdserverpb.Watch", "Watch", "bidi_stream"),
+    ("etcdserverpb.Lease", "LeaseGrant", "unary"),
+    ("etcdserverpb.Lease", "LeaseRevoke", "unary"),
+    ("etcdserverpb.Lease", "LeaseKeepAlive", "bidi_stream"),
+    ("etcdserverpb.Lease", "LeaseTimeToLive", "unary"),
+    ("etcdserverpb.Lease", "LeaseLeases", "unary"),
+    ("etcdserverpb.Cluster", "MemberAdd", "unary"),
+    ("etcdserverpb.Cluster", "MemberRemove", "unary"),
+    ("etcdserverpb.Cluster", "MemberUpdate", "unary"),
+    ("etcdserverpb.Cluster", "MemberList", "unary"),
+    ("etcdserverpb.Cluster", "MemberPromote", "unary"),
+    ("etcdserverpb.Maintenance", "Alarm", "unary"),
+    ("etcdserverpb.Maintenance", "Status", "unary"),
+    ("etcdserverpb.Maintenance", "Defragment", "unary"),
+    ("etcdserverpb.Maintenance", "Hash", "unary"),
+    ("etcdserverpb.Maintenance", "HashKV", "unary"),
+    ("etcdserverpb.Maintenance", "Snapshot", "server_stream"),
+    ("etcdserverpb.Maintenance", "MoveLeader", "unary"),
+    ("etcdserverpb.Maintenance", "Downgrade", "unary"),
+    ("etcdserverpb.Auth", "AuthEnable", "unary"),
+    ("etcdserverpb.Auth", "AuthDisable", "unary"),
+    ("etcdserverpb.Auth", "AuthStatus", "unary"),
+    ("etcdserverpb.Auth", "Authenticate", "unary"),
+    ("etcdserverpb.Auth", "UserAdd", "unary"),
+    ("etcdserverpb.Auth", "UserGet", "unary"),
+    ("etcdserverpb.Auth", "UserList", "unary"),
+    ("etcdserverpb.Auth", "UserDelete", "unary"),
+    ("etcdserverpb.Auth", "UserChangePassword", "unary"),
+    ("etcdserverpb.Auth", "UserGrantRole", "unary"),
+    ("etcdserverpb.Auth", "UserRevokeRole", "unary"),
+    ("etcdserverpb.Auth", "RoleAdd", "unary"),
+    ("etcdserverpb.Auth", "RoleGet", "unary"),
+    ("etcdserverpb.Auth", "RoleList", "unary"),
+    ("etcdserverpb.Auth", "RoleDelete", "unary"),
+    ("etcdserverpb.Auth", "RoleGrantPermission", "unary"),
+    ("etcdserverpb.Auth", "RoleRevokePermission", "unary"),
+    ("grpc.health.v1.Health", "Check", "unary"),
+    ("grpc.health.v1.Health", "Watch", "server_stream"),
+];
+
+/// One method's counters, made once so a call costs one map lookup.
+#[derive(Clone)]
+struct MethodCounters {
+    started: IntCounter,
+    handled: [IntCounter; 17],
+}
+
+pub struct GrpcMetrics {
+    pub started: IntCounterVec,
+    pub handled: IntCounterVec,
+    /// By request path (`/etcdserverpb.KV/Put`).
+    methods: HashMap<String, MethodCounters>,
+}
+
+impl Default for GrpcMetrics {
+    fn default() -> GrpcMetrics {
+        let started = IntCounterVec::new(
+            Opts::new(
+                "grpc_server_started_total",
+                "Total number of RPCs started on the server.",
+            ),
+            &["grpc_type", "grpc_service", "grpc_method"],
+        )
+        .expect("valid counter");
+        let handled = IntCounterVec::new(
+            Opts::new(
+                "grpc_server_handled_total",
+                "Total number of RPCs completed on the server, regardless of success or failure.",
+            ),
+            &["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
+        )
+        .expect("valid counter");
+        let methods = METHODS
+            .iter()
+            .map(|&(service, method, kind)| {
+                let counters = MethodCounters {
+                    started: started.with_label_values(&[kind, service, method]),
+                    handled: CODES.map(|code| handled.with_label_values(&[kind, service, method, code])),
+                };
+                (format!("/{service}/{method}"), counters)
+            })
+            .collect();
+        GrpcMetrics {
+            started,
+            handled,
+            methods,
+        }
+    }
+}
+
+/// The middleware: counts the call's start, and its end with its code.
+pub async fn count_calls(request: Request, next: Next) -> Response {
+    let counters = super::metrics().grpc.methods.get(request.uri().path()).cloned();
+    let Some(counters) = counters else {
+        return next.run(request).await;
+    };
+    counters.started.inc();
+    let response = next.run(request).await;
+    let code_in_headers = grpc_status(response.headers());
+    response.map(|body| {
+        Body::new(CountedBody {
+            inner: body,
+            counters: Some(counters),
+            code_in_headers,
+        })
+    })
+}
+
+/// The `grpc-status` in `headers`, if any.
+fn grpc_status(headers: &axum::http::HeaderMap) -> Option<usize> {
+    headers
+        .get("grpc-status")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.parse().ok())
+}
+
+/// A response body that counts its call as handled when it ends.
+struct CountedBody {
+    inner: Body,
+    /// Taken when the call is counted.
+    counters: Option<MethodCounters>,
+    code_in_headers: Option<usize>,
+}
+
+impl CountedBody {
+    fn count(&mut self, code: usize) {
+        if let Some(counters) = self.counters.take() {
+            counters.handled[code.min(CODES.len() - 1)].inc();
+        }
+    }
+}
+
+impl http_body::Body for CountedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(context);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(code) = frame.trailers_ref().and_then(grpc_status) {
+                    self.count(code);
+                }
+            }
+            Poll::Ready(Some(Err(_))) => self.count(2),
+            Poll::Ready(None) => {
+                let code = self.code_in_headers.unwrap_or(0);
+                self.count(code);
+            }
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for CountedBody {
+    fn drop(&mut self) {
+        match self.code_in_headers {
+            // An answer of trailers alone may be dropped once its headers
+            // are sent: it ended with its code.
+            Some(code) => self.count(code),
+            None => self.count(1),
+        }
+    }
+}

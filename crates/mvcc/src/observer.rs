@@ -1,0 +1,15 @@
+//! What the store reports as it works, for the server's metrics: each
+//! write applied and each batch handed to sled, with how long they took.
+//! The store depends on no metrics library; the server implements
+//! [`Observer`] and sets it once with `Store::observe_with`.
+
+use std::time::Duration;
+
+use crate::request::WriteRequest;
+
+pub trait Observer: Send + Sync {
+    /// One write request applied: whether it succeeded, and its time.
+    fn applied(&self, request: &WriteRequest, succeeded: bool, took: Duration);
+    /// One batch of applied writes handed to sled, and its time.
+    fn committed(&self, took: Duration);
+}
