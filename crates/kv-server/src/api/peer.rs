@@ -37,7 +37,7 @@ impl PeerService {
 impl Peer for PeerService {
     async fn stream(&self, request: Request<Streaming<RaftBatch>>) -> Result<Response<PeerAck>, Status> {
         let mut stream = request.into_inner();
-        let mut received: Option<(u64, prometheus::IntCounter)> = None;
+        let mut received: Option<(u64, crate::metrics::handles::Counter)> = None;
         while let Some(batch) = stream.message().await? {
             let removed = self.member.membership.get().removed.contains(&batch.from);
             let counter = match &received {

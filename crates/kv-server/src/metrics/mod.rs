@@ -26,6 +26,7 @@
 //!   to each peer every [`PEER_PROBE_EVERY`], as etcd's prober measures.
 
 pub mod grpc;
+pub mod handles;
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -66,9 +67,9 @@ pub fn metrics() -> &'static Metrics {
 
 /// The WAL's and the backend's: etcd's `etcd_disk_*`.
 pub struct DiskMetrics {
-    pub wal_fsync: Histogram,
-    pub backend_commit: Histogram,
-    pub wal_write_bytes: IntGauge,
+    pub wal_fsync: handles::Histogram,
+    pub backend_commit: handles::Histogram,
+    pub wal_write_bytes: handles::Gauge,
 }
 
 impl DiskMetrics {
@@ -95,27 +96,27 @@ impl DiskMetrics {
 
     fn collectors(&self) -> Vec<Box<dyn Collector>> {
         vec![
-            Box::new(self.wal_fsync.clone()),
-            Box::new(self.backend_commit.clone()),
-            Box::new(self.wal_write_bytes.clone()),
+            self.wal_fsync.collector(),
+            self.backend_commit.collector(),
+            self.wal_write_bytes.collector(),
         ]
     }
 }
 
 /// Raft and apply: etcd's `etcd_server_*`.
 pub struct ServerMetrics {
-    pub has_leader: IntGauge,
-    pub is_leader: IntGauge,
-    pub leader_changes: IntCounter,
-    pub proposals_committed: IntGauge,
-    pub proposals_applied: IntGauge,
-    pub proposals_pending: IntGauge,
-    pub proposals_failed: IntCounter,
-    pub slow_apply: IntCounter,
-    pub apply_duration: HistogramVec,
-    pub quota_backend_bytes: Gauge,
-    pub server_id: IntGaugeVec,
-    pub server_version: IntGaugeVec,
+    pub has_leader: handles::Gauge,
+    pub is_leader: handles::Gauge,
+    pub leader_changes: handles::Counter,
+    pub proposals_committed: handles::Gauge,
+    pub proposals_applied: handles::Gauge,
+    pub proposals_pending: handles::Gauge,
+    pub proposals_failed: handles::Counter,
+    pub slow_apply: handles::Counter,
+    pub apply_duration: handles::HistogramVec,
+    pub quota_backend_bytes: handles::FloatGauge,
+    pub server_id: handles::GaugeVec,
+    pub server_version: handles::GaugeVec,
 }
 
 impl ServerMetrics {
@@ -160,60 +161,56 @@ impl ServerMetrics {
                 20,
                 &["version", "op", "success"],
             ),
-            quota_backend_bytes: Gauge::new(
-                "etcd_server_quota_backend_bytes",
-                "Current backend storage quota size in bytes.",
-            )
-            .expect("valid gauge"),
-            server_id: IntGaugeVec::new(
-                Opts::new(
-                    "etcd_server_id",
-                    "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.",
-                ),
-                &["server_id"],
-            )
-            .expect("valid gauge"),
-            server_version: IntGaugeVec::new(
-                Opts::new(
-                    "etcd_server_version",
-                    "Which version is running. 1 for 'server_version' label with current version.",
-                ),
-                &["server_version"],
-            )
-            .expect("valid gauge"),
+            quota_backend_bytes: handles::FloatGauge(
+                Gauge::new(
+                    "etcd_server_quota_backend_bytes",
+                    "Current backend storage quota size in bytes.",
+                )
+                .expect("valid gauge"),
+            ),
+            server_id: gauge_vec(
+                "etcd_server_id",
+                "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.",
+                "server_id",
+            ),
+            server_version: gauge_vec(
+                "etcd_server_version",
+                "Which version is running. 1 for 'server_version' label with current version.",
+                "server_version",
+            ),
         }
     }
 
     fn collectors(&self) -> Vec<Box<dyn Collector>> {
         vec![
-            Box::new(self.has_leader.clone()),
-            Box::new(self.is_leader.clone()),
-            Box::new(self.leader_changes.clone()),
-            Box::new(self.proposals_committed.clone()),
-            Box::new(self.proposals_applied.clone()),
-            Box::new(self.proposals_pending.clone()),
-            Box::new(self.proposals_failed.clone()),
-            Box::new(self.slow_apply.clone()),
-            Box::new(self.apply_duration.clone()),
-            Box::new(self.quota_backend_bytes.clone()),
-            Box::new(self.server_id.clone()),
-            Box::new(self.server_version.clone()),
+            self.has_leader.collector(),
+            self.is_leader.collector(),
+            self.leader_changes.collector(),
+            self.proposals_committed.collector(),
+            self.proposals_applied.collector(),
+            self.proposals_pending.collector(),
+            self.proposals_failed.collector(),
+            self.slow_apply.collector(),
+            self.apply_duration.collector(),
+            self.quota_backend_bytes.collector(),
+            self.server_id.collector(),
+            self.server_version.collector(),
         ]
     }
 }
 
 /// The store's: etcd's `etcd_mvcc_*` and `etcd_debugging_*`.
 pub struct MvccMetrics {
-    pub db_total_size: IntGauge,
-    pub db_total_size_in_use: IntGauge,
-    pub put_total: IntCounter,
-    pub range_total: IntCounter,
-    pub delete_total: IntCounter,
-    pub txn_total: IntCounter,
-    pub keys_total: IntGauge,
-    pub watcher_total: IntGauge,
-    pub slow_watcher_total: IntGauge,
-    pub lease_granted: IntCounter,
+    pub db_total_size: handles::Gauge,
+    pub db_total_size_in_use: handles::Gauge,
+    pub put_total: handles::Counter,
+    pub range_total: handles::Counter,
+    pub delete_total: handles::Counter,
+    pub txn_total: handles::Counter,
+    pub keys_total: handles::Gauge,
+    pub watcher_total: handles::Gauge,
+    pub slow_watcher_total: handles::Gauge,
+    pub lease_granted: handles::Counter,
 }
 
 impl MvccMetrics {
@@ -246,27 +243,27 @@ impl MvccMetrics {
 
     fn collectors(&self) -> Vec<Box<dyn Collector>> {
         vec![
-            Box::new(self.db_total_size.clone()),
-            Box::new(self.db_total_size_in_use.clone()),
-            Box::new(self.put_total.clone()),
-            Box::new(self.range_total.clone()),
-            Box::new(self.delete_total.clone()),
-            Box::new(self.txn_total.clone()),
-            Box::new(self.keys_total.clone()),
-            Box::new(self.watcher_total.clone()),
-            Box::new(self.slow_watcher_total.clone()),
-            Box::new(self.lease_granted.clone()),
+            self.db_total_size.collector(),
+            self.db_total_size_in_use.collector(),
+            self.put_total.collector(),
+            self.range_total.collector(),
+            self.delete_total.collector(),
+            self.txn_total.collector(),
+            self.keys_total.collector(),
+            self.watcher_total.collector(),
+            self.slow_watcher_total.collector(),
+            self.lease_granted.collector(),
         ]
     }
 }
 
 /// Peers and clients: etcd's `etcd_network_*`.
 pub struct NetworkMetrics {
-    pub peer_round_trip: HistogramVec,
-    pub peer_sent_bytes: IntCounterVec,
-    pub peer_received_bytes: IntCounterVec,
-    pub client_received_bytes: IntCounter,
-    pub client_sent_bytes: IntCounter,
+    pub peer_round_trip: handles::HistogramVec,
+    pub peer_sent_bytes: handles::CounterVec,
+    pub peer_received_bytes: handles::CounterVec,
+    pub client_received_bytes: handles::Counter,
+    pub client_sent_bytes: handles::Counter,
 }
 
 impl NetworkMetrics {
@@ -279,22 +276,16 @@ impl NetworkMetrics {
                 16,
                 &["To"],
             ),
-            peer_sent_bytes: IntCounterVec::new(
-                Opts::new(
-                    "etcd_network_peer_sent_bytes_total",
-                    "The total number of bytes sent to peers.",
-                ),
-                &["To"],
-            )
-            .expect("valid counter"),
-            peer_received_bytes: IntCounterVec::new(
-                Opts::new(
-                    "etcd_network_peer_received_bytes_total",
-                    "The total number of bytes received from peers.",
-                ),
-                &["From"],
-            )
-            .expect("valid counter"),
+            peer_sent_bytes: counter_vec(
+                "etcd_network_peer_sent_bytes_total",
+                "The total number of bytes sent to peers.",
+                "To",
+            ),
+            peer_received_bytes: counter_vec(
+                "etcd_network_peer_received_bytes_total",
+                "The total number of bytes received from peers.",
+                "From",
+            ),
             client_received_bytes: int_counter(
                 "etcd_network_client_grpc_received_bytes_total",
                 "The total number of bytes received from grpc clients.",
@@ -308,31 +299,41 @@ impl NetworkMetrics {
 
     fn collectors(&self) -> Vec<Box<dyn Collector>> {
         vec![
-            Box::new(self.peer_round_trip.clone()),
-            Box::new(self.peer_sent_bytes.clone()),
-            Box::new(self.peer_received_bytes.clone()),
-            Box::new(self.client_received_bytes.clone()),
-            Box::new(self.client_sent_bytes.clone()),
+            self.peer_round_trip.collector(),
+            self.peer_sent_bytes.collector(),
+            self.peer_received_bytes.collector(),
+            self.client_received_bytes.collector(),
+            self.client_sent_bytes.collector(),
         ]
     }
 }
 
-fn histogram(name: &str, help: &str, start: f64, count: usize) -> Histogram {
+fn histogram(name: &str, help: &str, start: f64, count: usize) -> handles::Histogram {
     let buckets = exponential_buckets(start, 2.0, count).expect("valid buckets");
-    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid histogram")
+    handles::Histogram(Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid histogram"))
 }
 
-fn histogram_vec(name: &str, help: &str, start: f64, count: usize, labels: &[&str]) -> HistogramVec {
+fn histogram_vec(name: &str, help: &str, start: f64, count: usize, labels: &[&str]) -> handles::HistogramVec {
     let buckets = exponential_buckets(start, 2.0, count).expect("valid buckets");
-    HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels).expect("valid histogram")
+    handles::HistogramVec(
+        HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels).expect("valid histogram"),
+    )
 }
 
-fn int_gauge(name: &str, help: &str) -> IntGauge {
-    IntGauge::new(name, help).expect("valid gauge")
+fn int_gauge(name: &str, help: &str) -> handles::Gauge {
+    handles::Gauge(IntGauge::new(name, help).expect("valid gauge"))
 }
 
-fn int_counter(name: &str, help: &str) -> IntCounter {
-    IntCounter::new(name, help).expect("valid counter")
+fn gauge_vec(name: &str, help: &str, label: &str) -> handles::GaugeVec {
+    handles::GaugeVec(IntGaugeVec::new(Opts::new(name, help), &[label]).expect("valid gauge"))
+}
+
+fn counter_vec(name: &str, help: &str, label: &str) -> handles::CounterVec {
+    handles::CounterVec(IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid counter"))
+}
+
+fn int_counter(name: &str, help: &str) -> handles::Counter {
+    handles::Counter(IntCounter::new(name, help).expect("valid counter"))
 }
 
 impl Metrics {
@@ -414,7 +415,7 @@ fn apply_op(request: &mvcc::WriteRequest) -> usize {
 /// leases it applied. The histogram of each (op, success) pair is looked
 /// up once, here, not per apply.
 pub struct StoreObserver {
-    apply: Vec<[Histogram; 2]>,
+    apply: Vec<[handles::Histogram; 2]>,
 }
 
 impl Default for StoreObserver {
