@@ -36,6 +36,13 @@ pub struct Global {
     /// Also write every figure of the run as JSON to this file.
     #[arg(long, global = true)]
     pub json: Option<PathBuf>,
+    /// Runs of put, range or txn-put made first and not counted.
+    #[arg(long, global = true, default_value_t = 0)]
+    pub warmup: usize,
+    /// Measured runs of put, range or txn-put; more than one prints their
+    /// mean.
+    #[arg(long, global = true, default_value_t = 1)]
+    pub iterations: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -155,6 +162,10 @@ pub struct TxnPutArgs {
 
 #[derive(Debug, Args)]
 pub struct MatrixArgs {
+    /// Which documented matrix: `v3` (etcd's v3 performance doc) or
+    /// `v2.2.0-rc` (the v2.2.0-rc benchmark page, replayed over v3).
+    #[arg(long, default_value = "v3", value_parser = ["v3", "v2.2.0-rc"])]
+    pub doc: String,
     /// Multiplies every row's total (clients are capped at the total), for
     /// quick runs: 0.01 runs 1% of the documented requests.
     #[arg(long, default_value_t = 1.0)]

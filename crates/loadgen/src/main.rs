@@ -9,8 +9,10 @@
 //! - [`connection`]: one HTTP/2 connection, used without a buffer task.
 //! - [`cork`]: batches a connection's writes, as grpc-go's writer does.
 //! - [`engine`]: connections, clients, rate limit, per-client histograms.
+//! - [`iterations`]: warm-up and repeated runs, and their means.
 //! - [`report`]: etcd's report layout and arithmetic, plus p99.99 and max.
 //! - [`matrix`]: etcd's documented put/range matrix, beside its figures.
+//! - [`matrix_v2`]: etcd's v2.2.0-rc benchmark page, replayed over v3.
 //! - [`compare`]: two matrix runs side by side: table and SVG chart.
 //! - [`watchers`]: watchers held open, idle or not read, for the watch
 //!   benchmarks.
@@ -20,8 +22,10 @@ mod compare;
 mod connection;
 mod cork;
 mod engine;
+mod iterations;
 mod keys;
 mod matrix;
+mod matrix_v2;
 mod report;
 mod watchers;
 mod workload;
@@ -46,6 +50,17 @@ struct RunJson<'a> {
     report: &'a report::Report,
 }
 
+#[derive(Serialize)]
+struct IteratedJson<'a> {
+    workload: &'a str,
+    endpoints: &'a [String],
+    conns: usize,
+    clients: usize,
+    target_leader: bool,
+    rate: u64,
+    runs: &'a iterations::Iterated,
+}
+
 fn write_json(path: &Path, value: &impl Serialize) -> Result<(), String> {
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
     std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
@@ -62,6 +77,14 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Put(args) => put_workload(args),
         Command::Range(args) => range_workload(args)?,
         Command::TxnPut(args) => txn_put_workload(args),
+        Command::Matrix(args) if args.doc == "v2.2.0-rc" => {
+            let result = matrix_v2::run(&global.endpoints, args.scale, &args.label).await?;
+            println!("\n{}", matrix_v2::markdown(&result));
+            if let Some(path) = &global.json {
+                write_json(path, &result)?;
+            }
+            return Ok(());
+        }
         Command::Matrix(args) => {
             let result = matrix::run(&global.endpoints, args.scale, &args.rss_pids, &args.label).await?;
             println!("\n{}", matrix::markdown(&result));
@@ -79,6 +102,24 @@ async fn run(cli: Cli) -> Result<(), String> {
         clients: global.clients,
         target_leader: global.target_leader,
     };
+    if global.warmup > 0 || global.iterations != 1 {
+        let iterated = iterations::run(&target, &workload, rate, global.warmup, global.iterations).await?;
+        if let Some(path) = &global.json {
+            write_json(
+                path,
+                &IteratedJson {
+                    workload: workload.name(),
+                    endpoints: &global.endpoints,
+                    conns: global.conns,
+                    clients: global.clients,
+                    target_leader: global.target_leader,
+                    rate,
+                    runs: &iterated,
+                },
+            )?;
+        }
+        return Ok(());
+    }
     let report = engine::run(&target, &workload, rate).await?;
     print!("{}", report.render());
     if let Some(path) = &global.json {

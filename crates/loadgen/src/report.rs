@@ -41,7 +41,7 @@ pub struct Bucket {
     pub count: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     pub total_secs: f64,
     pub requests: u64,

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Two kv-server builds side by side in one run: etcd's benchmark tool
+# puts (1000 clients over 100 connections, 8-byte sequential keys,
+# 256-byte values, to the leader) against a fresh 3-member cluster of
+# each, alternating A and B, ROUNDS times, so drift on a noisy machine
+# hits both alike. Prints requests/s, p99 and the CPU the three members
+# spent per put (user + system time from /proc) for every run.
+#   scripts/ab-put.sh A_BIN B_BIN [TOTAL] [ROUNDS]   (default 100000, 5)
+# For what metrics cost: B built with `cargo build --release -p kv-server
+# --no-default-features` (into another target dir). Needs etcd's
+# benchmark tool (../shared/peers/build.sh, or ETCD_BENCHMARK_BIN).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+a=${1:?usage: ab-put.sh A_BIN B_BIN [TOTAL] [ROUNDS]}
+b=${2:?usage: ab-put.sh A_BIN B_BIN [TOTAL] [ROUNDS]}
+total=${3:-100000}
+rounds=${4:-5}
+# etcd_tools
+source scripts/bench-tools.sh
+etcd_tools ETCD_BENCHMARK_BIN
+# member_ticks, bench
+source scripts/member-stats.sh
+ticks=$(getconf CLK_TCK)
+work=$(mktemp -d)
+trap 'scripts/local-cluster.sh stop "$work/run" || true; rm -rf "$work"' EXIT
+endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
+
+run() {  # label binary
+    local dir="$work/run" qps p99 cpu
+    rm -rf "$dir"
+    scripts/local-cluster.sh start "$2" "$dir"
+    bench "$dir" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
+        put --key-size=8 --sequential-keys --val-size=256 --total="$total"
+    scripts/local-cluster.sh stop "$dir"
+    if echo "$REPORT" | grep -q "Error distribution"; then
+        echo "$1: the benchmark saw errors:" >&2
+        echo "$REPORT" >&2
+        exit 1
+    fi
+    qps=$(echo "$REPORT" | awk '/Requests\/sec:/ {print $2}')
+    p99=$(echo "$REPORT" | awk '/ 99% in/ {print $3}')
+    cpu=$(awk -v t="$MEMBERS" -v n="$total" -v hz="$ticks" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+    printf '%-6s %-3s %12s %10s %12s\n' "$round" "$1" "$qps" "$p99" "$cpu"
+}
+
+printf 'put, 1000 clients, %s requests per run, 3 members on loopback, %s, %s cores\n' "$total" "$(date -u +%F)" "$(nproc)"
+printf 'A: %s\nB: %s\n' "$a" "$b"
+printf '%-6s %-3s %12s %10s %12s\n' round run requests/s "p99 (s)" "members us"
+for round in $(seq 1 "$rounds"); do
+    run A "$a"
+    run B "$b"
+done
