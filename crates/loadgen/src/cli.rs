@@ -24,12 +24,14 @@ pub struct Global {
     /// gRPC endpoints, comma-separated (`host:port` or URLs).
     #[arg(long, global = true, value_delimiter = ',', default_value = "127.0.0.1:2379")]
     pub endpoints: Vec<String>,
-    /// Total number of gRPC connections.
-    #[arg(long, global = true, default_value_t = 1)]
-    pub conns: usize,
-    /// Total number of gRPC clients (requests in flight at once).
-    #[arg(long, global = true, default_value_t = 1)]
-    pub clients: usize,
+    /// Total number of gRPC connections (for sweep, a comma-separated
+    /// list of them).
+    #[arg(long, global = true, value_delimiter = ',', default_value = "1")]
+    pub conns: Vec<usize>,
+    /// Total number of gRPC clients, requests in flight at once (for
+    /// sweep, a comma-separated list of them).
+    #[arg(long, global = true, value_delimiter = ',', default_value = "1")]
+    pub clients: Vec<usize>,
     /// Connect only to the leader.
     #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub target_leader: bool,
@@ -45,6 +47,26 @@ pub struct Global {
     pub iterations: usize,
 }
 
+impl Global {
+    /// The one number of connections a run (other than sweep) takes.
+    pub fn conns(&self) -> usize {
+        self.conns[0]
+    }
+
+    /// The one number of clients a run (other than sweep) takes.
+    pub fn clients(&self) -> usize {
+        self.clients[0]
+    }
+
+    /// Refuses lists of clients or connections outside sweep.
+    pub fn check_single(&self) -> Result<(), String> {
+        if self.conns.len() != 1 || self.clients.len() != 1 {
+            return Err("--conns and --clients take one number, except for sweep".into());
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Benchmark put.
@@ -56,6 +78,10 @@ pub enum Command {
     /// Run etcd's documented put/range matrix and print it beside etcd's
     /// published figures.
     Matrix(MatrixArgs),
+    /// A grid of puts over value sizes, clients and connections, with the
+    /// members' WAL fsync, backend commit and peer round-trip p99 from
+    /// their `/metrics` beside each row.
+    Sweep(SweepArgs),
     /// Compare two matrix JSON files (a baseline and a candidate) in a
     /// table and an SVG chart.
     Compare(CompareArgs),
@@ -161,6 +187,23 @@ pub struct TxnPutArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Value sizes in bytes.
+    #[arg(long, value_delimiter = ',', default_value = "256,1024,2048")]
+    pub val_sizes: Vec<usize>,
+    /// Puts per row.
+    #[arg(long, default_value_t = 100_000)]
+    pub total: u64,
+    /// The members' metrics URLs (`http://host:port`), scraped before
+    /// and after each row.
+    #[arg(long, value_delimiter = ',')]
+    pub metrics_urls: Vec<String>,
+    /// Also draw QPS and p99 against clients to this SVG file.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 pub struct MatrixArgs {
     /// Which documented matrix: `v3` (etcd's v3 performance doc) or
     /// `v2.2.0-rc` (the v2.2.0-rc benchmark page, replayed over v3).
@@ -225,7 +268,7 @@ mod tests {
         ]);
         for cli in [&before, &after] {
             assert_eq!(cli.global.endpoints, vec!["127.0.0.1:2379", "127.0.0.1:22379"]);
-            assert_eq!((cli.global.conns, cli.global.clients), (100, 1000));
+            assert_eq!((cli.global.conns(), cli.global.clients()), (100, 1000));
             assert!(cli.global.target_leader);
             match &cli.command {
                 Command::Put(put) => assert_eq!(put.total, 500),
@@ -238,7 +281,7 @@ mod tests {
     fn etcd_defaults_and_go_style_booleans() {
         let cli = parse(&["loadgen", "put", "--sequential-keys=true", "--key-space-size", "100000"]);
         assert_eq!(cli.global.endpoints, vec!["127.0.0.1:2379"]);
-        assert_eq!((cli.global.conns, cli.global.clients), (1, 1));
+        assert_eq!((cli.global.conns(), cli.global.clients()), (1, 1));
         assert!(!cli.global.target_leader);
         match cli.command {
             Command::Put(put) => {
@@ -258,7 +301,7 @@ mod tests {
             "--clients=4",
             "--count-only",
         ]);
-        assert_eq!(cli.global.clients, 4);
+        assert_eq!(cli.global.clients(), 4);
         match cli.command {
             Command::Range(range) => {
                 assert_eq!((range.key.as_str(), range.end.as_deref()), ("foo", Some("fop")));

@@ -13,6 +13,8 @@
 //! - [`report`]: etcd's report layout and arithmetic, plus p99.99 and max.
 //! - [`matrix`]: etcd's documented put/range matrix, beside its figures.
 //! - [`matrix_v2`]: etcd's v2.2.0-rc benchmark page, replayed over v3.
+//! - [`sweep`]: a grid of put runs with the members' disk and peer
+//!   latencies beside each; [`scrape`] reads their `/metrics`.
 //! - [`compare`]: two matrix runs side by side: table and SVG chart.
 //! - [`watchers`]: watchers held open, idle or not read, for the watch
 //!   benchmarks.
@@ -27,6 +29,8 @@ mod keys;
 mod matrix;
 mod matrix_v2;
 mod report;
+mod scrape;
+mod sweep;
 mod watchers;
 mod workload;
 
@@ -73,6 +77,10 @@ fn read_matrix(path: &Path) -> Result<matrix::MatrixResult, String> {
 
 async fn run(cli: Cli) -> Result<(), String> {
     let global = cli.global;
+    if let Command::Sweep(args) = &cli.command {
+        return sweep(&global, args).await;
+    }
+    global.check_single()?;
     let (workload, rate) = match cli.command {
         Command::Put(args) => put_workload(args),
         Command::Range(args) => range_workload(args)?,
@@ -94,31 +102,17 @@ async fn run(cli: Cli) -> Result<(), String> {
             return Ok(());
         }
         Command::Compare(args) => return compare_files(&args),
-        Command::Watchers(args) => return watchers::run(&global.endpoints, global.conns, &args).await,
+        Command::Sweep(_) => unreachable!("handled above"),
+        Command::Watchers(args) => return watchers::run(&global.endpoints, global.conns(), &args).await,
     };
     let target = Target {
         endpoints: global.endpoints.clone(),
-        conns: global.conns,
-        clients: global.clients,
+        conns: global.conns(),
+        clients: global.clients(),
         target_leader: global.target_leader,
     };
     if global.warmup > 0 || global.iterations != 1 {
-        let iterated = iterations::run(&target, &workload, rate, global.warmup, global.iterations).await?;
-        if let Some(path) = &global.json {
-            write_json(
-                path,
-                &IteratedJson {
-                    workload: workload.name(),
-                    endpoints: &global.endpoints,
-                    conns: global.conns,
-                    clients: global.clients,
-                    target_leader: global.target_leader,
-                    rate,
-                    runs: &iterated,
-                },
-            )?;
-        }
-        return Ok(());
+        return run_iterated(&global, &target, &workload, rate).await;
     }
     let report = engine::run(&target, &workload, rate).await?;
     print!("{}", report.render());
@@ -128,13 +122,54 @@ async fn run(cli: Cli) -> Result<(), String> {
             &RunJson {
                 workload: workload.name(),
                 endpoints: &global.endpoints,
-                conns: global.conns,
-                clients: global.clients,
+                conns: global.conns(),
+                clients: global.clients(),
                 target_leader: global.target_leader,
                 rate,
                 report: &report,
             },
         )?;
+    }
+    Ok(())
+}
+
+/// `--warmup`/`--iterations`: the runs, their mean, and their JSON.
+async fn run_iterated(global: &cli::Global, target: &Target, workload: &Workload, rate: u64) -> Result<(), String> {
+    let iterated = iterations::run(target, workload, rate, global.warmup, global.iterations).await?;
+    if let Some(path) = &global.json {
+        write_json(
+            path,
+            &IteratedJson {
+                workload: workload.name(),
+                endpoints: &global.endpoints,
+                conns: global.conns(),
+                clients: global.clients(),
+                target_leader: global.target_leader,
+                rate,
+                runs: &iterated,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// `loadgen sweep`: the grid, its table, and its JSON and chart.
+async fn sweep(global: &cli::Global, args: &cli::SweepArgs) -> Result<(), String> {
+    let grid = sweep::Grid {
+        val_sizes: args.val_sizes.clone(),
+        clients: global.clients.clone(),
+        conns: global.conns.clone(),
+        total: args.total,
+        target_leader: global.target_leader,
+        metrics_urls: args.metrics_urls.clone(),
+    };
+    let rows = sweep::run(&global.endpoints, &grid).await?;
+    println!("\n{}", sweep::markdown(&rows));
+    if let Some(path) = &global.json {
+        write_json(path, &rows)?;
+    }
+    if let Some(path) = &args.svg {
+        sweep::chart(&rows, path)?;
     }
     Ok(())
 }
