@@ -12,7 +12,9 @@
 #                 (default 1: all of it, no quota)
 #   ROWS=PATTERN in the environment runs only the rows whose name matches
 #   that extended regular expression, e.g. ROWS='range s'.
-# Rows: put with 1 client, 100 clients over 10 conns and 1000 clients over
+# Rows: etcd's watch benchmarks last (events per second received by 1000
+# watchers; watch latency's average, in ms, in the req/s columns), and
+# put with 1 client, 100 clients over 10 conns and 1000 clients over
 # 100 conns (8-byte sequential keys, 256-byte values, to the leader), and
 # linearizable and serializable ranges with 1 client, 100 clients over 10
 # conns, and 1000 clients over 100 conns (etcd's documented matrix has the
@@ -77,38 +79,50 @@ else
 fi
 "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints put --key-size=8 --val-size=256 --total=1 > /dev/null 2>&1
 
-# One run of a tool: prints "requests/sec cpu-microseconds-per-request".
+# One run of a tool: prints "figure cpu-microseconds-per-request". The
+# figure is the report's last Requests/sec (watch prints two summaries:
+# the events received come last), or with METRIC=avg its last average
+# latency in ms (watch-latency, whose rate is the put rate).
 run() {  # requests tool args...
     local n=$1 tool=$2; shift 2
-    local start end report qps cpu me=$BASHPID
+    local start end report figure cpu me=$BASHPID
     start=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$me/stat")
     report=$(taskset -c "1-$last_cpu" "$tool" "$@" 2>/dev/null)
     end=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$me/stat")
-    qps=$(echo "$report" | awk '/Requests\/sec:/ {print $2}')
+    if [ "${METRIC:-qps}" = avg ]; then
+        figure=$(echo "$report" | awk '/Average:/ {v = $2 * 1000} END {print v}')
+    else
+        figure=$(echo "$report" | awk '/Requests\/sec:/ {v = $2} END {print v}')
+    fi
     # Clock ticks (children's user + system) to microseconds per request.
     cpu=$(awk -v t=$((end - start)) -v hz="$(getconf CLK_TCK)" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
-    echo "$qps $cpu"
+    echo "$figure $cpu"
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 row() {  # name requests global-flags command...
+    total_row "$@" --total="$2"
+}
+
+# A row whose command takes no --total (watch): ARGS as given.
+total_row() {  # name requests global-flags command...
     local name=$1 n=$2 flags=$3; shift 3
     [[ -z "${ROWS:-}" || "$name" =~ $ROWS ]] || return 0
     : > "$work/etcd.qps"; : > "$work/etcd.cpu"; : > "$work/loadgen.qps"; : > "$work/loadgen.cpu"
     for _ in $(seq 1 "$rounds"); do
         # shellcheck disable=SC2086
-        read -r qps cpu < <(run "$n" "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints $flags "$@" --total="$n")
+        read -r qps cpu < <(run "$n" "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints $flags "$@")
         echo "$qps" >> "$work/etcd.qps"; echo "$cpu" >> "$work/etcd.cpu"
         # shellcheck disable=SC2086
-        read -r qps cpu < <(run "$n" target/release/loadgen --endpoints=$endpoints $flags "$@" --total="$n")
+        read -r qps cpu < <(run "$n" target/release/loadgen --endpoints=$endpoints $flags "$@")
         echo "$qps" >> "$work/loadgen.qps"; echo "$cpu" >> "$work/loadgen.cpu"
     done
     local eq lq ec lc
     eq=$(median < "$work/etcd.qps"); lq=$(median < "$work/loadgen.qps")
     ec=$(median < "$work/etcd.cpu"); lc=$(median < "$work/loadgen.cpu")
     awk -v n="$name" -v eq="$eq" -v lq="$lq" -v ec="$ec" -v lc="$lc" -v cpus="$last_cpu" \
-        'BEGIN { printf "| %s | %.0f | %.0f | %.3f | %.1f | %.1f | %.2f | %.0f%% | %.0f%% |\n",
+        'BEGIN { printf "| %s | %.2f | %.2f | %.3f | %.1f | %.1f | %.2f | %.0f%% | %.0f%% |\n",
                  n, eq, lq, lq / eq, ec, lc, lc / ec, eq * ec / 1e4 / cpus, lq * lc / 1e4 / cpus }'
 }
 
@@ -131,3 +145,10 @@ row "range l, 100 clients / 10 conns" "$total" "--conns=10 --clients=100" range 
 row "range s, 100 clients / 10 conns" "$total" "--conns=10 --clients=100" range foo --consistency=s
 row "range l, 1000 clients / 100 conns" "$total" "--conns=100 --clients=1000" range foo --consistency=l
 row "range s, 1000 clients / 100 conns" "$total" "--conns=100 --clients=1000" range foo --consistency=s
+# etcd's watch benchmarks: events received per second (1000 per put), and
+# watch latency's average in ms (its "req/s" columns hold ms there).
+watch_puts=$((total / 100))
+total_row "watch, 10 streams x 100 watchers (events/s)" "$((watch_puts * 1000))" "--conns=10 --clients=10" \
+    watch --streams=10 --watch-per-stream=100 --watched-key-total=1 --put-total="$watch_puts"
+METRIC=avg total_row "watch-latency, 10 watchers (avg ms)" "$watch_puts" "--conns=10 --clients=10" \
+    watch-latency --total="$watch_puts" --put-rate=100

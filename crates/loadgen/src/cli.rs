@@ -78,6 +78,10 @@ pub enum Command {
     /// Run etcd's documented put/range matrix and print it beside etcd's
     /// published figures.
     Matrix(MatrixArgs),
+    /// Benchmark watch, as etcd's tool's `watch`.
+    Watch(WatchArgs),
+    /// Benchmark watch latency, as etcd's tool's `watch-latency`.
+    WatchLatency(WatchLatencyArgs),
     /// A grid of puts over value sizes, clients and connections, with the
     /// members' WAL fsync, backend commit and peer round-trip p99 from
     /// their `/metrics` beside each row.
@@ -184,6 +188,50 @@ pub struct TxnPutArgs {
     /// Maximum possible keys.
     #[arg(long, default_value_t = 1)]
     pub key_space_size: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Total watch streams.
+    #[arg(long, default_value_t = 10)]
+    pub streams: usize,
+    /// Total watchers per stream.
+    #[arg(long, default_value_t = 100)]
+    pub watch_per_stream: usize,
+    /// Total number of keys to be watched.
+    #[arg(long, default_value_t = 1)]
+    pub watched_key_total: usize,
+    /// Number of keys to put per second (0 is no limit).
+    #[arg(long, default_value_t = 0)]
+    pub put_rate: u64,
+    /// Number of put requests.
+    #[arg(long, default_value_t = 1000)]
+    pub put_total: usize,
+    /// Key size of watch request.
+    #[arg(long, default_value_t = 32)]
+    pub key_size: usize,
+    /// Maximum possible keys.
+    #[arg(long, default_value_t = 1)]
+    pub key_space_size: u64,
+    /// Use sequential keys.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub sequential_keys: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchLatencyArgs {
+    /// Total number of put requests.
+    #[arg(long, default_value_t = 10_000)]
+    pub total: usize,
+    /// Number of keys to put per second.
+    #[arg(long, default_value_t = 100)]
+    pub put_rate: u64,
+    /// Key size of watch response.
+    #[arg(long, default_value_t = 32)]
+    pub key_size: usize,
+    /// Value size of watch response.
+    #[arg(long, default_value_t = 32)]
+    pub val_size: usize,
 }
 
 #[derive(Debug, Args)]

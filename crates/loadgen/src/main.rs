@@ -16,6 +16,7 @@
 //! - [`sweep`]: a grid of put runs with the members' disk and peer
 //!   latencies beside each; [`scrape`] reads their `/metrics`.
 //! - [`compare`]: two matrix runs side by side: table and SVG chart.
+//! - [`watch_bench`]: etcd's tool's `watch` and `watch-latency`.
 //! - [`watchers`]: watchers held open, idle or not read, for the watch
 //!   benchmarks.
 
@@ -31,6 +32,7 @@ mod matrix_v2;
 mod report;
 mod scrape;
 mod sweep;
+mod watch_bench;
 mod watchers;
 mod workload;
 
@@ -85,24 +87,25 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Put(args) => put_workload(args),
         Command::Range(args) => range_workload(args)?,
         Command::TxnPut(args) => txn_put_workload(args),
-        Command::Matrix(args) if args.doc == "v2.2.0-rc" => {
-            let result = matrix_v2::run(&global.endpoints, args.scale, &args.label).await?;
-            println!("\n{}", matrix_v2::markdown(&result));
-            if let Some(path) = &global.json {
-                write_json(path, &result)?;
-            }
-            return Ok(());
-        }
-        Command::Matrix(args) => {
-            let result = matrix::run(&global.endpoints, args.scale, &args.rss_pids, &args.label).await?;
-            println!("\n{}", matrix::markdown(&result));
-            if let Some(path) = &global.json {
-                write_json(path, &result)?;
-            }
-            return Ok(());
-        }
+        Command::Matrix(args) => return run_matrix(&global, &args).await,
         Command::Compare(args) => return compare_files(&args),
         Command::Sweep(_) => unreachable!("handled above"),
+        Command::Watch(args) => {
+            let (conns, clients) = (global.conns(), global.clients());
+            print!(
+                "{}",
+                watch_bench::watch(&global.endpoints, conns, clients, &args).await?
+            );
+            return Ok(());
+        }
+        Command::WatchLatency(args) => {
+            let (conns, clients) = (global.conns(), global.clients());
+            print!(
+                "{}",
+                watch_bench::watch_latency(&global.endpoints, conns, clients, &args).await?
+            );
+            return Ok(());
+        }
         Command::Watchers(args) => return watchers::run(&global.endpoints, global.conns(), &args).await,
     };
     let target = Target {
@@ -129,6 +132,25 @@ async fn run(cli: Cli) -> Result<(), String> {
                 report: &report,
             },
         )?;
+    }
+    Ok(())
+}
+
+/// `loadgen matrix`: the documented matrix asked for, printed beside the
+/// document's figures.
+async fn run_matrix(global: &cli::Global, args: &cli::MatrixArgs) -> Result<(), String> {
+    if args.doc == "v2.2.0-rc" {
+        let result = matrix_v2::run(&global.endpoints, args.scale, &args.label).await?;
+        println!("\n{}", matrix_v2::markdown(&result));
+        if let Some(path) = &global.json {
+            write_json(path, &result)?;
+        }
+        return Ok(());
+    }
+    let result = matrix::run(&global.endpoints, args.scale, &args.rss_pids, &args.label).await?;
+    println!("\n{}", matrix::markdown(&result));
+    if let Some(path) = &global.json {
+        write_json(path, &result)?;
     }
     Ok(())
 }

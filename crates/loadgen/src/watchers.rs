@@ -66,7 +66,7 @@ pub async fn run(endpoints: &[String], conns: usize, args: &WatchersArgs) -> Res
 }
 
 /// One channel per connection, over the endpoints in turn.
-async fn connect_all(endpoints: &[String], conns: usize) -> Result<Vec<tonic::transport::Channel>, String> {
+pub(crate) async fn connect_all(endpoints: &[String], conns: usize) -> Result<Vec<tonic::transport::Channel>, String> {
     let mut channels = Vec::with_capacity(conns);
     for i in 0..conns {
         let endpoint = &endpoints[i % endpoints.len()];

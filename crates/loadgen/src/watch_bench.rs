@@ -1,0 +1,297 @@
+//! etcd's benchmark tool's `watch` and `watch-latency`, with its flags
+//! and its report.
+//!
+//! - `watch`: `--streams` streams over `--conns` connections, each with
+//!   `--watch-per-stream` watchers on `--watched-key-total` keys (etcd's
+//!   key scheme). It prints "Watch creation summary", each create timed
+//!   until its `created` answer. Then `--put-total` puts go to the
+//!   watched keys, at most `--put-rate` per second, from `--clients`
+//!   concurrent putters. It prints "Watch events received summary", one
+//!   result per event received, the rate being events per second until
+//!   every watcher has every event, as etcd's tool does.
+//! - `watch-latency`: `--clients` watchers of one key (one stream each),
+//!   and `--total` puts to it at most `--put-rate` per second, each
+//!   awaited by every watcher. It reports the time from the put's answer
+//!   to each watcher's event, as etcd's tool times it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_proto::etcdserverpb as pb;
+use etcd_proto::etcdserverpb::kv_client::KvClient;
+use etcd_proto::etcdserverpb::watch_client::WatchClient;
+use pb::watch_request::RequestUnion;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::cli::{WatchArgs, WatchLatencyArgs};
+use crate::keys::{KeyBuffer, Rng};
+use crate::report::{new_histogram, Report};
+use crate::watchers::connect_all;
+
+/// The longest a benchmark waits for the events it expects: past it, a
+/// watcher missed events and the run fails rather than hang.
+const EVENTS_WITHIN: Duration = Duration::from_secs(600);
+
+/// Watchers per stream the `watch` command takes (each create is queued
+/// before the stream opens).
+const WATCHERS_PER_STREAM_MAX: usize = 100_000;
+
+type Stream = (mpsc::Sender<pb::WatchRequest>, tonic::Streaming<pb::WatchResponse>);
+
+fn create(key: &[u8]) -> pb::WatchRequest {
+    pb::WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(pb::WatchCreateRequest {
+            key: key.to_vec(),
+            ..Default::default()
+        })),
+    }
+}
+
+/// Opens a stream creating a watcher on each of `keys` in turn, each
+/// timed until its `created` answer.
+async fn open_timed(channel: tonic::transport::Channel, keys: Vec<Vec<u8>>) -> Result<(Stream, Vec<Duration>), String> {
+    let (sender, outgoing) = mpsc::channel(keys.len() + 1);
+    let started = Instant::now();
+    sender
+        .try_send(create(&keys[0]))
+        .map_err(|_| "the stream's queue holds every create")?;
+    let mut responses = WatchClient::new(channel)
+        .watch(ReceiverStream::new(outgoing))
+        .await
+        .map_err(|e| format!("opening a watch stream: {e}"))?
+        .into_inner();
+    let mut took = Vec::with_capacity(keys.len());
+    let mut asked = started;
+    for next in keys.iter().skip(1).map(Some).chain([None]) {
+        loop {
+            let response = responses
+                .message()
+                .await
+                .map_err(|e| format!("watch stream: {e}"))?
+                .ok_or("the watch stream ended")?;
+            if response.canceled {
+                return Err(format!("a watcher was refused: {}", response.cancel_reason));
+            }
+            if response.created {
+                break;
+            }
+        }
+        took.push(asked.elapsed());
+        if let Some(key) = next {
+            asked = Instant::now();
+            sender
+                .try_send(create(key))
+                .map_err(|_| "the stream's queue holds every create")?;
+        }
+    }
+    Ok(((sender, responses), took))
+}
+
+/// Reads `stream` until it has had `expected` events; each event's
+/// latency is recorded as etcd's tool records it (from receiving its
+/// response), so the figure of note is the rate.
+async fn receive(mut stream: Stream, expected: u64, results: mpsc::UnboundedSender<Duration>) -> Result<(), String> {
+    let mut received = 0;
+    while received < expected {
+        let response = stream
+            .1
+            .message()
+            .await
+            .map_err(|e| format!("watch stream: {e}"))?
+            .ok_or("the watch stream ended")?;
+        let arrived = Instant::now();
+        for _ in &response.events {
+            let _ = results.send(arrived.elapsed());
+            received += 1;
+        }
+    }
+    Ok(())
+}
+
+/// etcd's tool's watched keys: `--watched-key-total` keys of
+/// `--key-size` bytes, sequential or random within `--key-space-size`.
+fn watched_keys(args: &WatchArgs) -> Result<Vec<Vec<u8>>, String> {
+    let mut buffer = KeyBuffer::new(args.key_size, args.key_space_size)?;
+    let mut rng = Rng::from_clock();
+    Ok((0..args.watched_key_total as u64)
+        .map(|i| {
+            let number = if args.sequential_keys {
+                i % args.key_space_size
+            } else {
+                rng.below(args.key_space_size)
+            };
+            buffer.key(number)
+        })
+        .collect())
+}
+
+/// Builds a report of `results` over `elapsed`, with its title line.
+fn report(title: &str, elapsed: Duration, results: &[Duration]) -> String {
+    let mut histogram = new_histogram();
+    for latency in results {
+        histogram.saturating_record((latency.as_nanos() as u64).max(1));
+    }
+    let report = Report::new(elapsed, &histogram, BTreeMap::new());
+    format!("{title}\n{}", report.render())
+}
+
+/// `loadgen watch`.
+pub async fn watch(endpoints: &[String], conns: usize, clients: usize, args: &WatchArgs) -> Result<String, String> {
+    if args.watch_per_stream == 0 || args.watch_per_stream > WATCHERS_PER_STREAM_MAX {
+        return Err(format!("--watch-per-stream must be 1 to {WATCHERS_PER_STREAM_MAX}"));
+    }
+    let keys = watched_keys(args)?;
+    let channels = connect_all(endpoints, conns.max(1)).await?;
+    // Watcher i watches key i mod keys, as etcd's tool assigns them.
+    let started = Instant::now();
+    let mut opening = Vec::with_capacity(args.streams);
+    for s in 0..args.streams {
+        let stream_keys: Vec<Vec<u8>> = (0..args.watch_per_stream)
+            .map(|w| keys[(s * args.watch_per_stream + w) % keys.len()].clone())
+            .collect();
+        opening.push(tokio::spawn(open_timed(
+            channels[s % channels.len()].clone(),
+            stream_keys,
+        )));
+    }
+    let mut streams = Vec::with_capacity(args.streams);
+    let mut creates = Vec::new();
+    for opened in opening {
+        let (stream, took) = opened.await.map_err(|e| e.to_string())??;
+        streams.push(stream);
+        creates.extend(took);
+    }
+    let mut out = report("Watch creation summary:", started.elapsed(), &creates);
+    out += &put_and_receive(&channels, clients, args, &keys, streams).await?;
+    Ok(out)
+}
+
+/// The put phase of `watch`: the events summary.
+async fn put_and_receive(
+    channels: &[tonic::transport::Channel],
+    clients: usize,
+    args: &WatchArgs,
+    keys: &[Vec<u8>],
+    streams: Vec<Stream>,
+) -> Result<String, String> {
+    // What each stream must receive: every put to a key, once per watcher
+    // of that key on the stream.
+    let puts_per_key: Vec<u64> = (0..keys.len())
+        .map(|k| (0..args.put_total).filter(|i| i % keys.len() == k).count() as u64)
+        .collect();
+    let (results, mut collected) = mpsc::unbounded_channel();
+    let started = Instant::now();
+    let mut receivers = Vec::new();
+    for (s, stream) in streams.into_iter().enumerate() {
+        let expected: u64 = (0..args.watch_per_stream)
+            .map(|w| puts_per_key[(s * args.watch_per_stream + w) % keys.len()])
+            .sum();
+        receivers.push(tokio::spawn(receive(stream, expected, results.clone())));
+    }
+    drop(results);
+    let puts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let pacing = args.put_rate;
+    let mut putters = Vec::new();
+    for c in 0..clients.max(1) {
+        let mut kv = KvClient::new(channels[c % channels.len()].clone());
+        let (puts, keys) = (puts.clone(), keys.to_vec());
+        let total = args.put_total;
+        putters.push(tokio::spawn(async move {
+            loop {
+                let i = puts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= total {
+                    return Ok::<(), String>(());
+                }
+                if pacing > 0 {
+                    let due = started + Duration::from_secs_f64(i as f64 / pacing as f64);
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                let put = pb::PutRequest {
+                    key: keys[i % keys.len()].clone(),
+                    value: b"data".to_vec(),
+                    ..Default::default()
+                };
+                kv.put(put).await.map_err(|e| format!("put: {}", e.message()))?;
+            }
+        }));
+    }
+    for putter in putters {
+        putter.await.map_err(|e| e.to_string())??;
+    }
+    let waited = tokio::time::timeout(EVENTS_WITHIN, async {
+        for receiver in receivers {
+            receiver.await.map_err(|e| e.to_string())??;
+        }
+        Ok::<(), String>(())
+    })
+    .await;
+    waited.map_err(|_| format!("not every event arrived within {EVENTS_WITHIN:?}"))??;
+    let elapsed = started.elapsed();
+    let mut events = Vec::new();
+    while let Ok(latency) = collected.try_recv() {
+        events.push(latency);
+    }
+    Ok(report("Watch events received summary:", elapsed, &events))
+}
+
+/// `loadgen watch-latency`.
+pub async fn watch_latency(
+    endpoints: &[String],
+    conns: usize,
+    clients: usize,
+    args: &WatchLatencyArgs,
+) -> Result<String, String> {
+    let mut rng = Rng::from_clock();
+    let key = rng.bytes(args.key_size);
+    let value = rng.bytes(args.val_size);
+    let channels = connect_all(endpoints, conns.max(1)).await?;
+    let mut streams: Vec<Stream> = Vec::with_capacity(clients.max(1));
+    for c in 0..clients.max(1) {
+        let (stream, _) = open_timed(channels[c % channels.len()].clone(), vec![key.clone()]).await?;
+        streams.push(stream);
+    }
+    // One reader per watcher, each noting when its events arrive.
+    let mut arrivals = Vec::with_capacity(streams.len());
+    for mut stream in streams {
+        let (arrived, receiver) = mpsc::unbounded_channel();
+        arrivals.push(receiver);
+        tokio::spawn(async move {
+            while let Ok(Some(response)) = stream.1.message().await {
+                let at = Instant::now();
+                for _ in &response.events {
+                    if arrived.send(at).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    let mut kv = KvClient::new(channels[0].clone());
+    let started = Instant::now();
+    let mut latencies = Vec::with_capacity(args.total * arrivals.len());
+    for i in 0..args.total {
+        if args.put_rate > 0 {
+            let due = started + Duration::from_secs_f64(i as f64 / args.put_rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let put = pb::PutRequest {
+            key: key.clone(),
+            value: value.clone(),
+            ..Default::default()
+        };
+        kv.put(put).await.map_err(|e| format!("put: {}", e.message()))?;
+        // Timed from the put's answer, as etcd's tool times it; an event
+        // that came first counts as no wait.
+        let answered = Instant::now();
+        for arrival in &mut arrivals {
+            let at = tokio::time::timeout(EVENTS_WITHIN, arrival.recv())
+                .await
+                .map_err(|_| "a watcher missed an event".to_string())?
+                .ok_or("a watch stream ended")?;
+            latencies.push(at.saturating_duration_since(answered));
+        }
+    }
+    Ok(report("", started.elapsed(), &latencies).trim_start().to_string())
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The seeds' benchmark methods in loadgen, checked against a real etcd
+# 3.5.17 cluster and a kv-server cluster (3 members each, on loopback),
+# small, for CI:
+#   iterations  put with --warmup 1 --iterations 3: three runs, their
+#               mean line, and JSON holding all four runs;
+#   sweep       2 value sizes x 2 client counts x 2 connection counts,
+#               with every member's /metrics scraped around each row:
+#               every row has a WAL fsync p99, the JSON has every field,
+#               and the chart is drawn;
+#   v2.2.0-rc   etcd's v2.2.0-rc matrix over v3 at 2% of its requests:
+#               20 rows, no errors.
+# Fails on the first check that does not hold.
+#   scripts/loadgen-methods.sh
+# KV_SERVER_BIN and LOADGEN_BIN pick builds (default: release builds made
+# here); etcd comes from ETCD_BIN or ../shared/peers/build.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# etcd_tools, our_binaries
+source scripts/bench-tools.sh
+etcd_tools ETCD_BIN
+our_binaries kv-server loadgen
+work=$(mktemp -d)
+trap 'scripts/local-cluster.sh stop "$work/run" || true; rm -rf "$work"' EXIT
+endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
+metrics=http://127.0.0.1:2379,http://127.0.0.1:22379,http://127.0.0.1:32379
+
+fail() {
+    echo "loadgen-methods: $*" >&2
+    exit 1
+}
+
+check() {  # server binary
+    local server=$1 dir="$work/run" out="$work/$1"
+    mkdir -p "$out"
+    scripts/local-cluster.sh start "$2" "$dir"
+
+    "$LOADGEN_BIN" --endpoints "$endpoints" --conns 10 --clients 50 put --total 500 \
+        --warmup 1 --iterations 3 --json "$out/iterations.json" > "$out/iterations.txt"
+    grep -q "^warmup 1/1: " "$out/iterations.txt" || fail "$server: no warm-up line"
+    [ "$(grep -c "^iteration [123]/3: .*, 0 errors$" "$out/iterations.txt")" = 3 ] ||
+        fail "$server: not three clean iterations: $(cat "$out/iterations.txt")"
+    grep -Eq "^mean of 3 iterations: [0-9.]+ req/s \(stdev [0-9.]+\), p99 [0-9.]+ ms$" "$out/iterations.txt" ||
+        fail "$server: no mean line"
+    [ "$(grep -c '"p99_secs"' "$out/iterations.json")" = 4 ] || fail "$server: the JSON does not hold four runs"
+
+    "$LOADGEN_BIN" sweep --endpoints "$endpoints" --val-sizes 256,1024 --clients 10,50 --conns 2,5 \
+        --total 300 --metrics-urls "$metrics" --json "$out/sweep.json" --svg "$out/sweep.svg" > "$out/sweep.txt"
+    [ "$(grep -c '"wal_fsync_p99_ms": [0-9]' "$out/sweep.json")" = 8 ] ||
+        fail "$server: not eight sweep rows with a WAL fsync p99: $(cat "$out/sweep.txt")"
+    for field in qps p99_ms backend_commit_p99_ms peer_rtt_p99_ms; do
+        [ "$(grep -c "\"$field\":" "$out/sweep.json")" = 8 ] || fail "$server: sweep rows lack $field"
+    done
+    if grep -Eq " [1-9][0-9]* errors;" "$out/sweep.txt"; then fail "$server: sweep rows had errors"; fi
+    grep -q "<svg" "$out/sweep.svg" || fail "$server: no sweep chart"
+
+    "$LOADGEN_BIN" matrix --doc v2.2.0-rc --scale 0.02 --endpoints "$endpoints" --label "$server" \
+        > "$out/v2.txt"
+    [ "$(grep -Ec '^\| (read|write) \| .* \| 0 \|$' "$out/v2.txt")" = 20 ] ||
+        fail "$server: the v2.2.0-rc matrix did not finish 20 clean rows: $(tail -25 "$out/v2.txt")"
+
+    scripts/local-cluster.sh stop "$dir"
+    rm -rf "$dir"
+    echo "loadgen-methods: $server: iterations, sweep and the v2.2.0-rc matrix hold"
+}
+
+check etcd "$ETCD_BIN"
+check kv-server "$KV_SERVER_BIN"
