@@ -10,8 +10,9 @@
 //!   result per event received, the rate being events per second until
 //!   every watcher has every event, as etcd's tool does.
 //! - `watch-latency`: `--clients` watchers of one key (one stream each),
-//!   and `--total` puts to it at most `--put-rate` per second, each
-//!   awaited by every watcher. It reports the time from the put's answer
+//!   and `--total` puts to it at most `--put-rate` per second (the first
+//!   second's worth at once, as the tool's limiter allows), each awaited
+//!   by every watcher. It reports the time from the put's answer
 //!   to each watcher's event, as etcd's tool times it.
 
 use std::collections::BTreeMap;
@@ -272,8 +273,11 @@ pub async fn watch_latency(
     let started = Instant::now();
     let mut latencies = Vec::with_capacity(args.total * arrivals.len());
     for i in 0..args.total {
-        if args.put_rate > 0 {
-            let due = started + Duration::from_secs_f64(i as f64 / args.put_rate as f64);
+        // etcd's tool's limiter holds a second's worth of puts at the
+        // start (its burst is the rate): the first `put_rate` go at once.
+        let burst = args.put_rate as usize;
+        if args.put_rate > 0 && i >= burst {
+            let due = started + Duration::from_secs_f64((i + 1 - burst) as f64 / args.put_rate as f64);
             tokio::time::sleep_until(due.into()).await;
         }
         let put = pb::PutRequest {
