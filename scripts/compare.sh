@@ -15,10 +15,26 @@
 # Records each server's largest member RSS after every row. Builds
 # kv-server and loadgen in release, unless KV_SERVER_BIN and LOADGEN_BIN
 # name builds to use (the test command passes its own).
+# With --iterations M (and --warmup N, default 0), Arm's Graviton method
+# follows the matrix on each cluster: put (1000 clients over 100
+# connections, 256-byte values, SCALE x 100,000 requests per run) N times
+# unreported, then M times measured, written to the leader and then to
+# all members; each mean line (rate, its stdev, p99) goes to compare.md.
+#   scripts/compare.sh [SCALE] [OUT_DIR] [--iterations M] [--warmup N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scale=${1:-1}
-out=${2:-target/compare}
+positional=()
+iterations=0
+warmup=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --iterations) iterations=${2:?--iterations takes a count}; shift 2 ;;
+    --warmup) warmup=${2:?--warmup takes a count}; shift 2 ;;
+    *) positional+=("$1"); shift ;;
+    esac
+done
+scale=${positional[0]:-1}
+out=${positional[1]:-target/compare}
 mkdir -p "$out"
 
 if [ -z "${ETCD_BIN:-}" ]; then
@@ -49,9 +65,22 @@ measure() {  # label binary
     scripts/local-cluster.sh start "$binary" "$dir"
     "$loadgen" matrix --endpoints "$endpoints" --scale "$scale" \
         --rss-pids "$(paste -sd, "$dir/pids")" --label "$label" --json "$out/$label.json" > "$out/$label.log"
+    if [ "$iterations" -gt 0 ]; then
+        local puts target flag
+        puts=$(awk -v s="$scale" 'BEGIN { n = int(s * 100000); print (n < 1000 ? 1000 : n) }')
+        for target in leader all; do
+            flag=$([ "$target" = leader ] && echo "--target-leader" || echo "")
+            # shellcheck disable=SC2086
+            "$loadgen" --endpoints "$endpoints" --conns 100 --clients 1000 $flag put --key-size 8 \
+                --sequential-keys --val-size 256 --total "$puts" --warmup "$warmup" --iterations "$iterations" \
+                --json "$out/$label-iterations-$target.json" > "$out/$label-iterations-$target.log"
+            echo "| $label | $target | $(grep '^mean of' "$out/$label-iterations-$target.log") |" >> "$out/iterations.md"
+        done
+    fi
     scripts/local-cluster.sh stop "$dir"
 }
 
+rm -f "$out/iterations.md"
 measure etcd "$ETCD_BIN"
 measure kv-server "$kv_server"
 {
@@ -59,6 +88,14 @@ measure kv-server "$kv_server"
     echo "$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $(uname -m)."
     echo
     "$loadgen" compare "$out/etcd.json" "$out/kv-server.json" --svg "$out/compare.svg"
+    if [ -f "$out/iterations.md" ]; then
+        echo
+        echo "put, 1000 clients, $warmup warm-up and $iterations measured runs each:"
+        echo
+        echo "| server | written to | mean |"
+        echo "|---|---|---|"
+        cat "$out/iterations.md"
+    fi
 } > "$out/compare.md"
 cat "$out/compare.md"
 echo "chart: $out/compare.svg" >&2

@@ -9,7 +9,11 @@
 #               every row has a WAL fsync p99, the JSON has every field,
 #               and the chart is drawn;
 #   v2.2.0-rc   etcd's v2.2.0-rc matrix over v3 at 2% of its requests:
-#               20 rows, no errors.
+#               20 rows, no errors;
+#   watch       etcd's tool's watch (10 streams of 20 watchers, 50 puts):
+#               both summaries, every one of the 10,000 events received
+#               (loadgen fails the run otherwise);
+#   watch-latency  5 watchers, 50 puts at 100/s: its report.
 # Fails on the first check that does not hold.
 #   scripts/loadgen-methods.sh
 # KV_SERVER_BIN and LOADGEN_BIN pick builds (default: release builds made
@@ -59,9 +63,19 @@ check() {  # server binary
     [ "$(grep -Ec '^\| (read|write) \| .* \| 0 \|$' "$out/v2.txt")" = 20 ] ||
         fail "$server: the v2.2.0-rc matrix did not finish 20 clean rows: $(tail -25 "$out/v2.txt")"
 
+    "$LOADGEN_BIN" --endpoints "$endpoints" --conns 5 --clients 5 watch --streams 10 --watch-per-stream 20 \
+        --put-total 50 > "$out/watch.txt"
+    # loadgen fails the run unless every watcher gets every event.
+    grep -q "^Watch creation summary:" "$out/watch.txt" || fail "$server: no watch creation summary"
+    sed -n '/^Watch events received summary:/,$p' "$out/watch.txt" | grep -q "Requests/sec:" ||
+        fail "$server: no events summary: $(cat "$out/watch.txt")"
+    "$LOADGEN_BIN" --endpoints "$endpoints" --conns 5 --clients 5 watch-latency --total 50 --put-rate 100 \
+        > "$out/watch-latency.txt"
+    grep -q "Requests/sec:" "$out/watch-latency.txt" || fail "$server: no watch-latency report"
+
     scripts/local-cluster.sh stop "$dir"
     rm -rf "$dir"
-    echo "loadgen-methods: $server: iterations, sweep and the v2.2.0-rc matrix hold"
+    echo "loadgen-methods: $server: iterations, sweep, the v2.2.0-rc matrix and the watch benchmarks hold"
 }
 
 check etcd "$ETCD_BIN"
