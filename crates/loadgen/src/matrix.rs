@@ -175,7 +175,8 @@ pub fn rss_mb(pid: u32) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-async fn put_range_key(endpoints: &[String]) -> Result<(), String> {
+/// Puts `key` with `value` through the first endpoint.
+pub async fn put_key(endpoints: &[String], key: &[u8], value: Vec<u8>) -> Result<(), String> {
     let channel = tonic::transport::Endpoint::from_shared(engine::endpoint_url(&endpoints[0]))
         .map_err(|e| e.to_string())?
         .connect_timeout(Duration::from_secs(5))
@@ -184,12 +185,12 @@ async fn put_range_key(endpoints: &[String]) -> Result<(), String> {
         .map_err(|e| format!("connecting to {}: {e}", endpoints[0]))?;
     KvClient::new(channel)
         .put(pb::PutRequest {
-            key: RANGE_KEY.to_vec(),
-            value: vec![b'v'; 256],
+            key: key.to_vec(),
+            value,
             ..Default::default()
         })
         .await
-        .map_err(|s| format!("putting the range key: {}", s.message()))?;
+        .map_err(|s| format!("putting {}: {}", String::from_utf8_lossy(key), s.message()))?;
     Ok(())
 }
 
@@ -198,7 +199,7 @@ pub async fn run(endpoints: &[String], scale: f64, rss_pids: &[u32], label: &str
     if !(scale > 0.0 && scale <= 10.0) {
         return Err(format!("--scale must be in (0, 10], not {scale}"));
     }
-    put_range_key(endpoints).await?;
+    put_key(endpoints, RANGE_KEY, vec![b'v'; 256]).await?;
     let mut rows = Vec::new();
     for row in ROWS {
         let (total, conns, clients) = row.scaled(scale);

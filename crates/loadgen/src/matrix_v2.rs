@@ -11,13 +11,10 @@
 //! members on GCE n1-highcpu-2 machines with local SSDs, so compare the
 //! shape (how rows relate), not the numbers.
 
-use std::time::Duration;
-
-use etcd_proto::etcdserverpb as pb;
-use etcd_proto::etcdserverpb::kv_client::KvClient;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{self, Target};
+use crate::matrix::put_key;
 use crate::report::Report;
 use crate::workload::{PutSpec, RangeSpec, Workload};
 
@@ -152,25 +149,6 @@ pub fn p90_ms(report: &Report) -> f64 {
         .map_or(f64::NAN, |(_, secs)| secs * 1e3)
 }
 
-/// Puts the read rows' key with a value of `size` bytes.
-async fn put_key(endpoints: &[String], size: usize) -> Result<(), String> {
-    let channel = tonic::transport::Endpoint::from_shared(engine::endpoint_url(&endpoints[0]))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .map_err(|e| format!("connecting to {}: {e}", endpoints[0]))?;
-    KvClient::new(channel)
-        .put(pb::PutRequest {
-            key: KEY.to_vec(),
-            value: vec![b'v'; size],
-            ..Default::default()
-        })
-        .await
-        .map_err(|s| format!("putting the key: {}", s.message()))?;
-    Ok(())
-}
-
 /// Runs every row against `endpoints`, printing each report as it ends.
 pub async fn run(endpoints: &[String], scale: f64, label: &str) -> Result<V2Result, String> {
     if !(scale > 0.0 && scale <= 10.0) {
@@ -179,7 +157,7 @@ pub async fn run(endpoints: &[String], scale: f64, label: &str) -> Result<V2Resu
     let mut rows = Vec::new();
     for row in ROWS {
         if row.read {
-            put_key(endpoints, row.value_size).await?;
+            put_key(endpoints, KEY, vec![b'v'; row.value_size]).await?;
         }
         let total = row.total(scale);
         let target = Target {
