@@ -48,14 +48,7 @@ fn auth_as_etcd() {
     walk_through(&common::kv_server(), &dir.path().join("kv"), 31679, &certs);
 }
 
-/// etcdctl with `flags` before `args`: whether it succeeded, and what it
-/// printed.
-fn etcdctl(endpoint: &str, flags: &[String], args: &[&str]) -> (bool, String) {
-    let mut all: Vec<&str> = flags.iter().map(String::as_str).collect();
-    all.extend_from_slice(args);
-    let output = common::etcdctl(endpoint, &all);
-    (output.status.success(), common::text(&output))
-}
+use common::etcdctl_as as etcdctl;
 
 /// Asserts etcdctl succeeds and prints `expected`.
 fn ok(what: &str, endpoint: &str, flags: &[String], args: &[&str], expected: &str) {

@@ -30,13 +30,7 @@ fn tls_with_client_certificates_as_etcd() {
     walk_through(&common::kv_server(), &dir.path().join("kv"), 31479, &certs);
 }
 
-/// etcdctl as `flags` (TLS flags first).
-fn etcdctl(endpoint: &str, flags: &[String], args: &[&str]) -> (bool, String) {
-    let mut all: Vec<&str> = flags.iter().map(String::as_str).collect();
-    all.extend_from_slice(args);
-    let output = common::etcdctl(endpoint, &all);
-    (output.status.success(), common::text(&output))
-}
+use common::etcdctl_as as etcdctl;
 
 fn walk_through(binary: &Path, dir: &Path, base: u16, certs: &Certs) {
     std::fs::create_dir_all(dir).expect("data dir");

@@ -60,6 +60,15 @@ pub fn etcd_benchmark(args: &[&str]) -> String {
     report
 }
 
+/// etcdctl with `flags` (TLS, `--user`) before `args`: whether it
+/// succeeded, and what it printed.
+pub fn etcdctl_as(endpoint: &str, flags: &[String], args: &[&str]) -> (bool, String) {
+    let mut all: Vec<&str> = flags.iter().map(String::as_str).collect();
+    all.extend_from_slice(args);
+    let output = etcdctl(endpoint, &all);
+    (output.status.success(), text(&output))
+}
+
 /// What a command printed: its stdout, then its stderr.
 pub fn text(output: &std::process::Output) -> String {
     format!(
