@@ -4,10 +4,12 @@
 //!   (`--cert-file`/`--key-file` for clients, `--peer-cert-file`/
 //!   `--peer-key-file` for peers); start-up fails without them, as etcd's
 //!   does.
-//! - With `--client-cert-auth` (`--peer-client-cert-auth`) the server asks
-//!   for a client certificate and refuses the handshake unless one signed
-//!   by `--trusted-ca-file` (`--peer-trusted-ca-file`) is shown. Without
-//!   it no certificate is asked for, as Go's `NoClientCert`.
+//! - With `--client-cert-auth` (`--peer-client-cert-auth`), or with a
+//!   `--trusted-ca-file` (`--peer-trusted-ca-file`) given at all, the
+//!   server requires a client certificate signed by that CA and refuses
+//!   the handshake otherwise, as etcd's listener does. With neither, no
+//!   certificate is asked for. The CN names the caller only with
+//!   `--client-cert-auth`, as in etcd.
 //! - The verified client certificate's subject common name is the
 //!   connection's [`ClientIdentity`]; with auth enabled, a request that
 //!   carries no token is made as that user.
@@ -186,7 +188,8 @@ impl TlsFlags {
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&self.versions()?)
             .map_err(|e| error("tls-min-version", e.to_string()))?;
-        let builder = if side.client_cert_auth {
+        // As etcd: a trusted CA file alone also requires certificates.
+        let builder = if side.client_cert_auth || side.trusted_ca.is_some() {
             let ca = side.trusted_ca.ok_or_else(|| {
                 error(
                     side.names[2],

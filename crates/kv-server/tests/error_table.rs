@@ -14,7 +14,8 @@
 //! The auth rows (root user missing or without the root role, auth not
 //! enabled, user and role names empty, taken or unknown, permission not
 //! given or not granted, role not granted, a wrong password, no user, an
-//! invalid token, permission denied, invalid auth management) are
+//! invalid token, permission denied, invalid auth management, a lease's
+//! time-to-live asked by nobody) are
 //! provoked alike in a one-member etcd 3.5.17 and kv-server.
 //!
 //! The membership rows (unhealthy cluster, member not found, bad URLs,
@@ -33,6 +34,7 @@ use std::time::Duration;
 use kv_server::proto::etcdserverpb as pb;
 use kv_server::proto::etcdserverpb::auth_client::AuthClient;
 use kv_server::proto::etcdserverpb::kv_client::KvClient;
+use kv_server::proto::etcdserverpb::lease_client::LeaseClient;
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -393,6 +395,7 @@ async fn auth_rows(binary: &std::path::Path, base: u16) -> Vec<(Code, String)> {
     let channel = common::connect(&cluster.members[0].endpoint(), Duration::from_secs(15))
         .await
         .expect("connect");
+    let lease_channel = channel.clone();
     let (mut auth, mut kv) = (AuthClient::new(channel.clone()), KvClient::new(channel));
     let mut rows = Vec::new();
     let mut row = |answer: Result<(), tonic::Status>| {
@@ -463,6 +466,16 @@ async fn auth_rows(binary: &std::path::Path, base: u16) -> Vec<(Code, String)> {
     let root = login(&mut auth, "root", "rootpw").await;
     let delete_root = pb::AuthUserDeleteRequest { name: "root".into() };
     row(auth.user_delete(with_token(delete_root, &root)).await.map(drop));
+    let mut lease = LeaseClient::new(lease_channel);
+    let grant = pb::LeaseGrantRequest { ttl: 60, id: 0 };
+    let id = lease
+        .lease_grant(with_token(grant, &root))
+        .await
+        .expect("grant")
+        .into_inner()
+        .id;
+    let time_to_live = pb::LeaseTimeToLiveRequest { id, keys: true };
+    row(lease.lease_time_to_live(time_to_live).await.map(drop));
     rows
 }
 
@@ -506,6 +519,7 @@ async fn auth_error_rows_match_etcd() {
         (Code::PermissionDenied, "etcdserver: permission denied"),
         (Code::PermissionDenied, "etcdserver: permission denied"),
         (Code::InvalidArgument, "etcdserver: invalid auth management"),
+        (Code::InvalidArgument, "etcdserver: user name is empty"),
     ]
     .into_iter()
     .map(|(code, message)| (code, message.to_string()))

@@ -5,11 +5,12 @@
 
 use std::time::Duration;
 
-use crate::request::WriteRequest;
+use crate::error::Result;
+use crate::request::{WriteRequest, WriteResponse};
 
 pub trait Observer: Send + Sync {
-    /// One write request applied: whether it succeeded, and its time.
-    fn applied(&self, request: &WriteRequest, succeeded: bool, took: Duration);
+    /// One write request applied: its answer, and its time.
+    fn applied(&self, request: &WriteRequest, response: &Result<WriteResponse>, took: Duration);
     /// One batch of applied writes handed to sled, and its time.
     fn committed(&self, took: Duration);
 }

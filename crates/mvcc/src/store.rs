@@ -504,7 +504,7 @@ impl Store {
             let started = observer.map(|_| Instant::now());
             let applied = self.apply_one(&mut state, &mut batch, request);
             if let (Some(observer), Some(started)) = (observer, started) {
-                observer.applied(request, applied.response.is_ok(), started.elapsed());
+                observer.applied(request, &applied.response, started.elapsed());
             }
             results.push(applied);
         }

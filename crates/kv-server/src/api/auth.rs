@@ -152,7 +152,9 @@ impl Auth for AuthService {
     ) -> Result<Response<pb::AuthUserChangePasswordResponse>, Status> {
         self.admin(&request).await?;
         let mut change = request.get_ref().clone();
-        if change.hashed_password.is_empty() {
+        // An empty password stays an empty hash, which no login matches,
+        // as in etcd.
+        if change.hashed_password.is_empty() && !change.password.is_empty() {
             change.hashed_password = self.member.hash_password(&change.password).await?;
         }
         change.password.clear();

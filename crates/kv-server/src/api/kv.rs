@@ -50,7 +50,6 @@ fn txn_put_bytes(txn: &mvcc::TxnRequest) -> usize {
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
-        crate::metrics::metrics().mvcc.range_total.inc();
         let touch = (
             &request.get_ref().key[..],
             &request.get_ref().range_end[..],
@@ -78,6 +77,7 @@ impl Kv for KvService {
         // As etcd: a read checked at an auth revision that changed while
         // it ran is not answered.
         self.member.still_authorized(&caller)?;
+        crate::metrics::metrics().mvcc.range_total.inc();
         let header = self.member.header(response.revision);
         Ok(Response::new(convert::range_response(response, header)))
     }

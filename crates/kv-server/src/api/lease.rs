@@ -43,10 +43,11 @@ impl Lease for LeaseService {
         &self,
         request: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
-        self.member
+        let caller = self
+            .member
             .authorize_lease_revoke(request.metadata(), request.extensions(), request.get_ref().id)
             .await?;
-        let revoked = self.member.lease_revoke(request.into_inner().id).await?;
+        let revoked = self.member.lease_revoke_as(request.into_inner().id, &caller).await?;
         Ok(Response::new(pb::LeaseRevokeResponse {
             header: self.member.header(revoked.revision),
         }))
@@ -85,6 +86,9 @@ impl Lease for LeaseService {
         &self,
         request: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        self.member
+            .authorize_lease_time_to_live(request.metadata(), request.extensions(), request.get_ref().id)
+            .await?;
         let response = self.member.lease_time_to_live(request.into_inner()).await?;
         Ok(Response::new(response))
     }

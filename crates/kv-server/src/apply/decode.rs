@@ -39,6 +39,10 @@ pub struct Proposal {
     pub owner: Option<u64>,
     /// Who made it, and the auth revision its permissions were checked at.
     pub caller: Caller,
+    /// Whether it is a client's write of keys (put, delete, txn), which
+    /// needs permissions once auth is on; members' own proposals (expired
+    /// leases, alarms, attributes) do not.
+    pub client_write: bool,
     pub decoded: Decoded,
 }
 
@@ -47,6 +51,7 @@ impl Proposal {
         Proposal {
             owner,
             caller: Caller::default(),
+            client_write: false,
             decoded,
         }
     }
@@ -74,9 +79,14 @@ pub fn decode(entry: &Entry, member_id: u64, membership: &Membership) -> Proposa
         user: request.user,
         revision: request.auth_revision,
     };
+    let client_write = matches!(
+        request.request,
+        Some(Request::Put(_) | Request::DeleteRange(_) | Request::Txn(_))
+    );
     Proposal {
         owner,
         caller,
+        client_write,
         decoded: decode_request(request.request),
     }
 }

@@ -162,13 +162,19 @@ impl Stage {
             let owner = proposal.owner;
             let auth = batch.auth.as_ref().unwrap_or(&auth_before);
             let stale = auth.enabled && proposal.caller.revision != 0 && proposal.caller.revision < auth.revision;
+            // A client's write checked while auth was off carries no
+            // revision; once auth is on it is nobody's, as in etcd.
+            let unchecked = auth.enabled && proposal.caller.revision == 0 && proposal.client_write;
+            let refusal = match (stale, unchecked) {
+                (true, _) => Some(RequestError::AuthOldRevision),
+                (_, true) => Some(RequestError::UserEmpty),
+                _ => None,
+            };
+            if let Some(error) = refusal {
+                batch.outcomes.push((owner, Some(Refused::Server(error))));
+                continue;
+            }
             let change = match proposal.decoded {
-                _ if stale => {
-                    batch
-                        .outcomes
-                        .push((owner, Some(Refused::Server(RequestError::AuthOldRevision))));
-                    continue;
-                }
                 Decoded::Write(Ok(request)) => {
                     batch.requests.push(request);
                     batch.outcomes.push((owner, None));
@@ -228,6 +234,9 @@ impl Stage {
             }
             AuthChange::UserDelete(delete) => self.auth.tokens.invalidate_user(&delete.name),
             AuthChange::UserChangePassword(change) => self.auth.tokens.invalidate_user(&change.name),
+            // At once, not when the batch is published: an enable later in
+            // the batch must not bring back tokens made before.
+            AuthChange::Disable(_) => self.auth.tokens.clear(),
             _ => {}
         }
         None

@@ -125,18 +125,43 @@ impl Member {
 
     /// etcd's check before revoking lease `id`: the caller must be root or
     /// may write every key the lease holds, since revoking deletes them.
+    /// The caller is checked at the current auth revision, which the
+    /// revoke carries: a change to auth before it applies refuses it.
     pub async fn authorize_lease_revoke(
         &self,
         metadata: &MetadataMap,
         extensions: &tonic::Extensions,
         id: i64,
-    ) -> Result<(), RequestError> {
-        if !self.auth.enabled() || self.authorize_admin(metadata, extensions).await.is_ok() {
-            return Ok(());
+    ) -> Result<Caller, RequestError> {
+        if !self.auth.enabled() {
+            return Ok(Caller::default());
+        }
+        if let Ok(admin) = self.authorize_admin(metadata, extensions).await {
+            let revision = self.auth.state().revision;
+            return Ok(Caller { revision, ..admin });
         }
         let keys = self.store.lease(id).map(|lease| lease.keys).unwrap_or_default();
         let touches: Vec<Touch<'_>> = keys.iter().map(|key| (&key[..], &[][..], Access::Write)).collect();
-        self.authorize(metadata, extensions, &touches).await.map(|_| ())
+        self.authorize(metadata, extensions, &touches).await
+    }
+
+    /// etcd's check before LeaseTimeToLive: with auth on, a known caller
+    /// that may read every key the lease holds.
+    pub async fn authorize_lease_time_to_live(
+        &self,
+        metadata: &MetadataMap,
+        extensions: &tonic::Extensions,
+        id: i64,
+    ) -> Result<(), RequestError> {
+        if !self.auth.enabled() {
+            return Ok(());
+        }
+        if self.user_of(metadata, extensions).await?.is_empty() {
+            return Err(RequestError::UserEmpty);
+        }
+        let keys = self.store.lease(id).map(|lease| lease.keys).unwrap_or_default();
+        let touches: Vec<Touch<'_>> = keys.iter().map(|key| (&key[..], &[][..], Access::Read)).collect();
+        self.authorize(metadata, extensions, &touches).await.map(drop)
     }
 
     /// The user a request is made as; empty for nobody.
@@ -187,6 +212,9 @@ impl Member {
     /// async threads), then makes the token through raft so every member
     /// knows it.
     pub async fn authenticate(&self, name: &str, password: &str) -> Result<String, RequestError> {
+        // As etcd: the password is checked against every change made
+        // before the login, through whichever member.
+        self.linearize().await?;
         for _ in 0..LOGIN_ATTEMPTS {
             let state = self.auth.state();
             let revision = self.check_password(&state, name, password).await?;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tonic::transport::Channel;
 
+use crate::auth::Caller;
 use crate::config::Config;
 use crate::error::RequestError;
 use crate::member::core::Member;
@@ -82,8 +83,14 @@ impl Member {
     }
 
     pub async fn lease_revoke(&self, id: i64) -> Result<mvcc::LeaseRevokeResponse, RequestError> {
+        self.lease_revoke_as(id, &Caller::default()).await
+    }
+
+    /// A client's revoke, whose permissions were checked for `caller`: it
+    /// applies only if auth has not changed since.
+    pub async fn lease_revoke_as(&self, id: i64, caller: &Caller) -> Result<mvcc::LeaseRevokeResponse, RequestError> {
         let revoke = raft_request::Request::LeaseRevoke(pb::LeaseRevokeRequest { id });
-        match self.propose(revoke).await? {
+        match self.propose_as(revoke, caller).await? {
             mvcc::WriteResponse::LeaseRevoke(revoked) => Ok(revoked),
             other => unreachable!("a lease revoke answered {other:?}"),
         }

@@ -410,6 +410,41 @@ fn apply_op(request: &mvcc::WriteRequest) -> usize {
     }
 }
 
+/// The ranges, puts and deletes one applied write ran, counted as etcd's
+/// store counts them: a txn's by the branch it took, nested txns
+/// included, and the txn itself only when it ran more than one op.
+#[derive(Default)]
+struct OpCounts {
+    ranges: u64,
+    puts: u64,
+    deletes: u64,
+}
+
+impl OpCounts {
+    fn add_txn(&mut self, txn: &mvcc::TxnRequest, answer: &mvcc::TxnResponse) {
+        let ops = if answer.succeeded { &txn.success } else { &txn.failure };
+        for (op, response) in ops.iter().zip(&answer.responses) {
+            match (op, response) {
+                (mvcc::RequestOp::Range(_), _) => self.ranges += 1,
+                (mvcc::RequestOp::Put(_), _) => self.puts += 1,
+                (mvcc::RequestOp::DeleteRange(_), _) => self.deletes += 1,
+                (mvcc::RequestOp::Txn(nested), mvcc::ResponseOp::Txn(answer)) => self.add_txn(nested, answer),
+                (mvcc::RequestOp::Txn(_), _) => {}
+            }
+        }
+    }
+
+    fn count(&self) {
+        let m = &metrics().mvcc;
+        if self.ranges + self.puts + self.deletes > 1 {
+            m.txn_total.inc();
+        }
+        m.range_total.inc_by(self.ranges);
+        m.put_total.inc_by(self.puts);
+        m.delete_total.inc_by(self.deletes);
+    }
+}
+
 /// The store's reports, as metrics: each apply's time (and whether it was
 /// slow), each batch commit's time, and the puts, deletes, txns and
 /// leases it applied. The histogram of each (op, success) pair is looked
@@ -430,15 +465,18 @@ impl Default for StoreObserver {
 }
 
 impl mvcc::Observer for StoreObserver {
-    fn applied(&self, request: &mvcc::WriteRequest, succeeded: bool, took: Duration) {
+    fn applied(&self, request: &mvcc::WriteRequest, response: &mvcc::Result<mvcc::WriteResponse>, took: Duration) {
         let m = metrics();
-        match request {
-            mvcc::WriteRequest::Put(_) => m.mvcc.put_total.inc(),
-            mvcc::WriteRequest::DeleteRange(_) => m.mvcc.delete_total.inc(),
-            mvcc::WriteRequest::Txn(_) => m.mvcc.txn_total.inc(),
-            mvcc::WriteRequest::LeaseGrant(_) if succeeded => m.mvcc.lease_granted.inc(),
+        let succeeded = response.is_ok();
+        let mut ops = OpCounts::default();
+        match (request, response) {
+            (mvcc::WriteRequest::Put(_), Ok(_)) => ops.puts += 1,
+            (mvcc::WriteRequest::DeleteRange(_), Ok(_)) => ops.deletes += 1,
+            (mvcc::WriteRequest::Txn(txn), Ok(mvcc::WriteResponse::Txn(answer))) => ops.add_txn(txn, answer),
+            (mvcc::WriteRequest::LeaseGrant(_), Ok(_)) => m.mvcc.lease_granted.inc(),
             _ => {}
         }
+        ops.count();
         self.apply[apply_op(request)][usize::from(succeeded)].observe(took.as_secs_f64());
         if took > SLOW_APPLY {
             m.server.slow_apply.inc();

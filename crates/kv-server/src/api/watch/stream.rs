@@ -49,6 +49,9 @@ const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream
 /// etcd sends its gRPC error's text as the reason a watcher it may not
 /// create is cancelled.
 const PERMISSION_DENIED: &str = "rpc error: code = PermissionDenied desc = etcdserver: permission denied";
+const INVALID_AUTH_TOKEN: &str = "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token";
+const AUTH_OLD_REVISION: &str = "rpc error: code = InvalidArgument desc = etcdserver: revision of auth store is old";
+const USER_EMPTY: &str = "rpc error: code = InvalidArgument desc = etcdserver: user name is empty";
 const TOO_MANY_WATCHERS: &str = "etcdserver: too many watchers on one stream";
 
 /// What woke the stream task.
@@ -271,8 +274,13 @@ impl WatchStream {
         let is_range = range_end.len() > 1 || (range_end.len() == 1 && range_end[0] != 0);
         let (metadata, extensions) = (&self.opener.metadata, &self.opener.extensions);
         let read = [(key, range_end, Access::Read)];
-        if self.member.authorize(metadata, extensions, &read).await.is_err() {
-            Some(PERMISSION_DENIED)
+        if let Err(error) = self.member.authorize(metadata, extensions, &read).await {
+            Some(match error {
+                RequestError::InvalidAuthToken => INVALID_AUTH_TOKEN,
+                RequestError::AuthOldRevision => AUTH_OLD_REVISION,
+                RequestError::UserEmpty => USER_EMPTY,
+                _ => PERMISSION_DENIED,
+            })
         } else if is_range && key >= range_end {
             Some(EMPTY_RANGE)
         } else if watch_id != 0 && self.watchers.contains_key(&watch_id) {
