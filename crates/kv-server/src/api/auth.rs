@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use crate::auth::state::AuthState;
 use crate::auth::Caller;
 use crate::member::core::Member;
 use crate::proto::etcdserverpb as pb;
@@ -31,8 +32,31 @@ impl AuthService {
     /// header.
     async fn change<T>(&self, request: &Request<T>, change: Change) -> Result<Option<pb::ResponseHeader>, Status> {
         let caller = self.admin(request).await?;
-        self.member.propose_auth(change, &caller).await?;
+        self.change_as(&caller, change).await
+    }
+
+    /// Proposes `change` made by `caller`, already checked as root.
+    async fn change_as(&self, caller: &Caller, change: Change) -> Result<Option<pb::ResponseHeader>, Status> {
+        self.member.propose_auth(change, caller).await?;
         Ok(self.member.current_header())
+    }
+
+    /// Checks the caller is root, or that `allowed` lets this caller read
+    /// what it asks for (itself, a role it holds), as etcd's applier does.
+    async fn admin_or<T>(
+        &self,
+        request: &Request<T>,
+        allowed: impl FnOnce(&AuthState, &str) -> bool,
+    ) -> Result<(), Status> {
+        if !self.member.auth.enabled() {
+            return Ok(());
+        }
+        let user = self.member.user_of(request.metadata(), request.extensions()).await?;
+        let state = self.member.auth.state();
+        match state.admin(&user) {
+            Err(_) if allowed(&state, &user) => Ok(()),
+            checked => Ok(checked?),
+        }
     }
 
     /// Waits until this member has applied every change acknowledged
@@ -97,13 +121,16 @@ impl Auth for AuthService {
         &self,
         request: Request<pb::AuthUserAddRequest>,
     ) -> Result<Response<pb::AuthUserAddResponse>, Status> {
-        self.admin(&request).await?;
+        let caller = self.admin(&request).await?;
         let mut add = request.get_ref().clone();
         if !add.options.is_some_and(|o| o.no_password) && add.hashed_password.is_empty() {
             add.hashed_password = self.member.hash_password(&add.password).await?;
         }
         add.password.clear();
-        header_only!(AuthUserAddResponse, self.change(&request, Change::UserAdd(add)).await?)
+        header_only!(
+            AuthUserAddResponse,
+            self.change_as(&caller, Change::UserAdd(add)).await?
+        )
     }
 
     async fn user_get(
@@ -111,12 +138,7 @@ impl Auth for AuthService {
         request: Request<pb::AuthUserGetRequest>,
     ) -> Result<Response<pb::AuthUserGetResponse>, Status> {
         let name = &request.get_ref().name;
-        if self.admin(&request).await.is_err() {
-            let user = self.member.user_of(request.metadata(), request.extensions()).await?;
-            if &user != name {
-                self.admin(&request).await?;
-            }
-        }
+        self.admin_or(&request, |_, user| user == name).await?;
         self.linearized().await?;
         let state = self.member.auth.state();
         let user = state.users.get(name).ok_or(crate::error::RequestError::UserNotFound)?;
@@ -150,7 +172,7 @@ impl Auth for AuthService {
         &self,
         request: Request<pb::AuthUserChangePasswordRequest>,
     ) -> Result<Response<pb::AuthUserChangePasswordResponse>, Status> {
-        self.admin(&request).await?;
+        let caller = self.admin(&request).await?;
         let mut change = request.get_ref().clone();
         // An empty password stays an empty hash, which no login matches,
         // as in etcd.
@@ -159,7 +181,7 @@ impl Auth for AuthService {
         }
         change.password.clear();
         let change = Change::UserChangePassword(change);
-        header_only!(AuthUserChangePasswordResponse, self.change(&request, change).await?)
+        header_only!(AuthUserChangePasswordResponse, self.change_as(&caller, change).await?)
     }
 
     async fn user_grant_role(
@@ -191,12 +213,8 @@ impl Auth for AuthService {
         request: Request<pb::AuthRoleGetRequest>,
     ) -> Result<Response<pb::AuthRoleGetResponse>, Status> {
         let role = &request.get_ref().role;
-        if self.admin(&request).await.is_err() {
-            let user = self.member.user_of(request.metadata(), request.extensions()).await?;
-            if !self.member.auth.state().has_role(&user, role) {
-                self.admin(&request).await?;
-            }
-        }
+        self.admin_or(&request, |state, user| state.has_role(user, role))
+            .await?;
         self.linearized().await?;
         let state = self.member.auth.state();
         let found = state.roles.get(role).ok_or(crate::error::RequestError::RoleNotFound)?;

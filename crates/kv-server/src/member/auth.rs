@@ -8,6 +8,7 @@
 //! connection showed; else nobody, whose requests get "user name is
 //! empty" wherever a permission is needed.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
@@ -89,6 +90,12 @@ impl Member {
             return Ok(Caller::default());
         }
         let user = self.user_of(metadata, extensions).await?;
+        self.check(user, touches)
+    }
+
+    /// `user`'s permission for every one of `touches`, at one auth
+    /// revision.
+    fn check(&self, user: String, touches: &[Touch<'_>]) -> Result<Caller, RequestError> {
         let state = self.auth.state();
         for &(key, range_end, access) in touches {
             state.permitted(&user, key, range_end, access)?;
@@ -97,6 +104,11 @@ impl Member {
             user,
             revision: state.revision,
         })
+    }
+
+    /// `access` to each of a lease's `keys`.
+    fn lease_touches(keys: &BTreeSet<Box<[u8]>>, access: Access) -> Vec<Touch<'_>> {
+        keys.iter().map(|key| (&key[..], &[][..], access)).collect()
     }
 
     /// Whether a read checked for `caller` may still be answered: not if
@@ -124,9 +136,10 @@ impl Member {
     }
 
     /// etcd's check before revoking lease `id`: the caller must be root or
-    /// may write every key the lease holds, since revoking deletes them.
-    /// The caller is checked at the current auth revision, which the
-    /// revoke carries: a change to auth before it applies refuses it.
+    /// may write every key the lease holds, since revoking deletes them
+    /// (root passes every permission check). The caller is checked at the
+    /// current auth revision, which the revoke carries: a change to auth
+    /// before it applies refuses it.
     pub async fn authorize_lease_revoke(
         &self,
         metadata: &MetadataMap,
@@ -136,13 +149,9 @@ impl Member {
         if !self.auth.enabled() {
             return Ok(Caller::default());
         }
-        if let Ok(admin) = self.authorize_admin(metadata, extensions).await {
-            let revision = self.auth.state().revision;
-            return Ok(Caller { revision, ..admin });
-        }
         let keys = self.store.lease(id).map(|lease| lease.keys).unwrap_or_default();
-        let touches: Vec<Touch<'_>> = keys.iter().map(|key| (&key[..], &[][..], Access::Write)).collect();
-        self.authorize(metadata, extensions, &touches).await
+        self.authorize(metadata, extensions, &Self::lease_touches(&keys, Access::Write))
+            .await
     }
 
     /// etcd's check before LeaseTimeToLive: with auth on, a known caller
@@ -156,12 +165,12 @@ impl Member {
         if !self.auth.enabled() {
             return Ok(());
         }
-        if self.user_of(metadata, extensions).await?.is_empty() {
+        let user = self.user_of(metadata, extensions).await?;
+        if user.is_empty() {
             return Err(RequestError::UserEmpty);
         }
         let keys = self.store.lease(id).map(|lease| lease.keys).unwrap_or_default();
-        let touches: Vec<Touch<'_>> = keys.iter().map(|key| (&key[..], &[][..], Access::Read)).collect();
-        self.authorize(metadata, extensions, &touches).await.map(drop)
+        self.check(user, &Self::lease_touches(&keys, Access::Read)).map(drop)
     }
 
     /// The user a request is made as; empty for nobody.
