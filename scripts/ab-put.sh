@@ -18,29 +18,21 @@ rounds=${4:-5}
 # etcd_tools
 source scripts/bench-tools.sh
 etcd_tools ETCD_BENCHMARK_BIN
-# member_ticks, bench
+# member_ticks, bench, bench_figures
 source scripts/member-stats.sh
-ticks=$(getconf CLK_TCK)
 work=$(mktemp -d)
 trap 'scripts/local-cluster.sh stop "$work/run" || true; rm -rf "$work"' EXIT
 endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
 
 run() {  # label binary
-    local dir="$work/run" qps p99 cpu
+    local dir="$work/run"
     rm -rf "$dir"
     scripts/local-cluster.sh start "$2" "$dir"
     bench "$dir" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
         put --key-size=8 --sequential-keys --val-size=256 --total="$total"
     scripts/local-cluster.sh stop "$dir"
-    if echo "$REPORT" | grep -q "Error distribution"; then
-        echo "$1: the benchmark saw errors:" >&2
-        echo "$REPORT" >&2
-        exit 1
-    fi
-    qps=$(echo "$REPORT" | awk '/Requests\/sec:/ {print $2}')
-    p99=$(echo "$REPORT" | awk '/ 99% in/ {print $3}')
-    cpu=$(awk -v t="$MEMBERS" -v n="$total" -v hz="$ticks" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
-    printf '%-6s %-3s %12s %10s %12s\n' "$round" "$1" "$qps" "$p99" "$cpu"
+    bench_figures "$1" "$total"
+    printf '%-6s %-3s %12s %10s %12s\n' "$round" "$1" "$QPS" "$P99" "$CPU"
 }
 
 printf 'put, 1000 clients, %s requests per run, 3 members on loopback, %s, %s cores\n' "$total" "$(date -u +%F)" "$(nproc)"

@@ -25,6 +25,21 @@ max_rss_kb() {  # dir
     echo "$max"
 }
 
+# After `bench`: sets QPS, P99 (seconds) and CPU (the members' µs per
+# request) of the run ($REPORT, $MEMBERS) of REQUESTS requests; stops the
+# script, printing the report, if the benchmark saw any error. Call it
+# directly, not in a subshell, so that the stop stops the script.
+bench_figures() {  # label requests
+    if echo "$REPORT" | grep -q "Error distribution"; then
+        echo "$1: the benchmark saw errors:" >&2
+        echo "$REPORT" >&2
+        exit 1
+    fi
+    QPS=$(echo "$REPORT" | awk '/Requests\/sec:/ {print $2}')
+    P99=$(echo "$REPORT" | awk '/ 99% in/ {print $3}')
+    CPU=$(awk -v t="$MEMBERS" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+}
+
 # Clock ticks of user + system time this shell's finished children used.
 children_ticks() {
     awk '{print $16 + $17}' "/proc/$$/stat"

@@ -26,9 +26,8 @@ rounds=${2:-3}
 source scripts/bench-tools.sh
 etcd_tools ETCD_BIN ETCD_BENCHMARK_BIN ETCDCTL_BIN
 our_binaries kv-server
-# member_ticks, bench
+# member_ticks, bench, bench_figures
 source scripts/member-stats.sh
-ticks=$(getconf CLK_TCK)
 work=$(mktemp -d)
 trap 'scripts/local-cluster.sh stop "$work/run" || true; rm -rf "$work"' EXIT
 endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
@@ -47,7 +46,7 @@ enable_auth() {
 }
 
 run() {  # server binary mode
-    local server=$1 binary=$2 mode=$3 dir="$work/run" flags=() client=() qps p99 cpu
+    local server=$1 binary=$2 mode=$3 dir="$work/run" flags=() client=()
     case "$mode" in
     tls) export TLS_DIR="$work/certs"; client=("${client_tls[@]}") ;;
     auth) unset TLS_DIR; flags=(--bcrypt-cost 4); client=(--user=bench:benchpw) ;;
@@ -60,15 +59,8 @@ run() {  # server binary mode
         "${client[@]+"${client[@]}"}" put --key-size=8 --sequential-keys --val-size=256 --total="$total"
     scripts/local-cluster.sh stop "$dir"
     unset TLS_DIR
-    if echo "$REPORT" | grep -q "Error distribution"; then
-        echo "$server $mode: the benchmark saw errors:" >&2
-        echo "$REPORT" >&2
-        exit 1
-    fi
-    qps=$(echo "$REPORT" | awk '/Requests\/sec:/ {print $2}')
-    p99=$(echo "$REPORT" | awk '/ 99% in/ {print $3}')
-    cpu=$(awk -v t="$MEMBERS" -v n="$total" -v hz="$ticks" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
-    printf '%-6s %-10s %-6s %12s %10s %12s\n' "$round" "$server" "$mode" "$qps" "$p99" "$cpu"
+    bench_figures "$server $mode" "$total"
+    printf '%-6s %-10s %-6s %12s %10s %12s\n' "$round" "$server" "$mode" "$QPS" "$P99" "$CPU"
 }
 
 printf 'put, 1000 clients, %s requests per run, 3 members on loopback, %s, %s cores\n' "$total" "$(date -u +%F)" "$(nproc)"
