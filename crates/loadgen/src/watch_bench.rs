@@ -29,7 +29,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::cli::{WatchArgs, WatchLatencyArgs};
 use crate::keys::{KeyBuffer, Rng};
 use crate::report::{new_histogram, Report};
-use crate::watchers::connect_all;
+use crate::watchers::{connect_all, next_created};
 
 /// The longest a benchmark waits for the events it expects: past it, a
 /// watcher missed events and the run fails rather than hang.
@@ -66,19 +66,7 @@ async fn open_timed(channel: tonic::transport::Channel, keys: Vec<Vec<u8>>) -> R
     let mut took = Vec::with_capacity(keys.len());
     let mut asked = started;
     for next in keys.iter().skip(1).map(Some).chain([None]) {
-        loop {
-            let response = responses
-                .message()
-                .await
-                .map_err(|e| format!("watch stream: {e}"))?
-                .ok_or("the watch stream ended")?;
-            if response.canceled {
-                return Err(format!("a watcher was refused: {}", response.cancel_reason));
-            }
-            if response.created {
-                break;
-            }
-        }
+        next_created(&mut responses).await?;
         took.push(asked.elapsed());
         if let Some(key) = next {
             asked = Instant::now();

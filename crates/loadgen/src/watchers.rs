@@ -170,6 +170,16 @@ async fn open_and_create(
         .into_inner();
     let mut created = 0;
     while created < count {
+        next_created(&mut responses).await?;
+        created += 1;
+    }
+    Ok((sender, responses))
+}
+
+/// Reads `responses` up to the next `created` answer; a refused watcher
+/// or an ended stream is an error.
+pub(crate) async fn next_created(responses: &mut tonic::Streaming<pb::WatchResponse>) -> Result<(), String> {
+    loop {
         let response = responses
             .message()
             .await
@@ -179,8 +189,7 @@ async fn open_and_create(
             return Err(format!("a watcher was refused: {}", response.cancel_reason));
         }
         if response.created {
-            created += 1;
+            return Ok(());
         }
     }
-    Ok((sender, responses))
 }
