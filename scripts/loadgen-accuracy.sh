@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # How well loadgen agrees with etcd's own benchmark tool: both drive the
-# same real etcd 3-member cluster on loopback with the same flags, turn
-# about, ROUNDS times per row. For each row it prints the median
+# same real etcd 3-member cluster on loopback with the same flags, after
+# one untimed run of each, taking turns ROUNDS times per row with the
+# first place alternating. For each row it prints the median
 # Requests/sec of each tool, their ratio, each tool's CPU time (user +
 # system, of the tool's own process) per request, and how busy that kept
 # the CPUs the tool runs on; medians over the rounds.
@@ -109,13 +110,24 @@ total_row() {  # name requests global-flags command...
     local name=$1 n=$2 flags=$3; shift 3
     [[ -z "${ROWS:-}" || "$name" =~ $ROWS ]] || return 0
     : > "$work/etcd.qps"; : > "$work/etcd.cpu"; : > "$work/loadgen.qps"; : > "$work/loadgen.cpu"
-    for _ in $(seq 1 "$rounds"); do
-        # shellcheck disable=SC2086
-        read -r qps cpu < <(run "$n" "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints $flags "$@")
-        echo "$qps" >> "$work/etcd.qps"; echo "$cpu" >> "$work/etcd.cpu"
-        # shellcheck disable=SC2086
-        read -r qps cpu < <(run "$n" target/release/loadgen --endpoints=$endpoints $flags "$@")
-        echo "$qps" >> "$work/loadgen.qps"; echo "$cpu" >> "$work/loadgen.cpu"
+    # The cluster speeds up over its first runs of a workload (the
+    # members' heaps and watcher tables grow to it), so one untimed run of
+    # each tool warms it, and the tools take turns going first: a tool
+    # that always ran second would always meet a warmer cluster.
+    # shellcheck disable=SC2086
+    run "$n" "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints $flags "$@" > /dev/null
+    # shellcheck disable=SC2086
+    run "$n" target/release/loadgen --endpoints=$endpoints $flags "$@" > /dev/null
+    local round tool
+    for round in $(seq 1 "$rounds"); do
+        for tool in etcd loadgen; do
+            if [ $((round % 2)) = 0 ]; then tool=$([ "$tool" = etcd ] && echo loadgen || echo etcd); fi
+            local bin=target/release/loadgen
+            [ "$tool" = etcd ] && bin=$ETCD_BENCHMARK_BIN
+            # shellcheck disable=SC2086
+            read -r qps cpu < <(run "$n" "$bin" --endpoints=$endpoints $flags "$@")
+            echo "$qps" >> "$work/$tool.qps"; echo "$cpu" >> "$work/$tool.cpu"
+        done
     done
     local eq lq ec lc
     eq=$(median < "$work/etcd.qps"); lq=$(median < "$work/loadgen.qps")
