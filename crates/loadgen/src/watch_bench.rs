@@ -120,7 +120,10 @@ fn watched_keys(args: &WatchArgs) -> Result<Vec<Vec<u8>>, String> {
 fn report(title: &str, elapsed: Duration, results: &[Duration]) -> String {
     let mut histogram = new_histogram();
     for latency in results {
-        histogram.saturating_record((latency.as_nanos() as u64).max(1));
+        // `record`, not `saturating_record`: the latter clamps to the
+        // histogram's first bounds (about 2 µs) instead of growing it.
+        let nanos = (latency.as_nanos() as u64).max(1);
+        histogram.record(nanos).expect("histograms grow as needed");
     }
     let report = Report::new(elapsed, &histogram, BTreeMap::new());
     format!("{title}\n{}", report.render())
@@ -286,4 +289,22 @@ pub async fn watch_latency(
         }
     }
     Ok(report("", started.elapsed(), &latencies).trim_start().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_keeps_latencies_of_milliseconds() {
+        let results = [Duration::from_micros(5), Duration::from_micros(9_500), Duration::from_millis(40)];
+        let text = report("title", Duration::from_secs(1), &results);
+        let slowest = text
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("Slowest:"))
+            .expect("a Slowest line");
+        let seconds: f64 = slowest.trim().trim_end_matches(" secs.").parse().expect("a number");
+        assert!((seconds - 0.040).abs() < 0.0001, "slowest {seconds} in:\n{text}");
+        assert!(text.starts_with("title\n"), "{text}");
+    }
 }
