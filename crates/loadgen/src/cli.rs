@@ -45,6 +45,10 @@ pub struct Global {
     /// mean.
     #[arg(long, global = true, default_value_t = 1)]
     pub iterations: usize,
+    /// Print the report's figures in full, not to four decimals (etcd's
+    /// tool's `--precise`).
+    #[arg(long, global = true)]
+    pub precise: bool,
 }
 
 impl Global {
@@ -62,6 +66,15 @@ impl Global {
     pub fn check_single(&self) -> Result<(), String> {
         if self.conns.len() != 1 || self.clients.len() != 1 {
             return Err("--conns and --clients take one number, except for sweep".into());
+        }
+        Ok(())
+    }
+
+    /// Refuses `--warmup` and `--iterations` for a command they do not
+    /// apply to, rather than ignore them.
+    pub fn check_not_iterated(&self, command: &str) -> Result<(), String> {
+        if self.warmup > 0 || self.iterations != 1 {
+            return Err(format!("--warmup and --iterations apply to put, range and txn-put, not to {command}"));
         }
         Ok(())
     }

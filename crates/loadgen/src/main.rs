@@ -79,7 +79,9 @@ fn read_matrix(path: &Path) -> Result<matrix::MatrixResult, String> {
 
 async fn run(cli: Cli) -> Result<(), String> {
     let global = cli.global;
+    report::set_precise(global.precise);
     if let Command::Sweep(args) = &cli.command {
+        global.check_not_iterated("sweep")?;
         return sweep(&global, args).await;
     }
     global.check_single()?;
@@ -87,10 +89,14 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Put(args) => put_workload(args),
         Command::Range(args) => range_workload(args)?,
         Command::TxnPut(args) => txn_put_workload(args),
-        Command::Matrix(args) => return run_matrix(&global, &args).await,
+        Command::Matrix(args) => {
+            global.check_not_iterated("matrix")?;
+            return run_matrix(&global, &args).await;
+        }
         Command::Compare(args) => return compare_files(&args),
         Command::Sweep(_) => unreachable!("handled above"),
         Command::Watch(args) => {
+            global.check_not_iterated("watch")?;
             let (conns, clients) = (global.conns(), global.clients());
             print!(
                 "{}",
@@ -99,6 +105,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             return Ok(());
         }
         Command::WatchLatency(args) => {
+            global.check_not_iterated("watch-latency")?;
             let (conns, clients) = (global.conns(), global.clients());
             print!(
                 "{}",
@@ -106,7 +113,10 @@ async fn run(cli: Cli) -> Result<(), String> {
             );
             return Ok(());
         }
-        Command::Watchers(args) => return watchers::run(&global.endpoints, global.conns(), &args).await,
+        Command::Watchers(args) => {
+            global.check_not_iterated("watchers")?;
+            return watchers::run(&global.endpoints, global.conns(), &args).await;
+        }
     };
     let target = Target {
         endpoints: global.endpoints.clone(),

@@ -18,6 +18,7 @@
 //! each latency stands for the highest value of its HDR bucket.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -28,6 +29,25 @@ pub const HISTOGRAM_SIGNIFICANT_DIGITS: u8 = 3;
 
 /// etcd's latency distribution percentiles.
 pub const PERCENTILES: [f64; 8] = [10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9];
+
+/// Whether reports print their figures in full (`--precise`) rather than
+/// to four decimals; one setting for the whole process, as in etcd's tool.
+static PRECISE: AtomicBool = AtomicBool::new(false);
+
+/// Sets how reports print their figures (`--precise`).
+pub fn set_precise(precise: bool) {
+    PRECISE.store(precise, Ordering::Relaxed);
+}
+
+/// A figure as the report prints it: `%4.4f`, or in full with
+/// `--precise`.
+fn figure(value: f64) -> String {
+    if PRECISE.load(Ordering::Relaxed) {
+        format!("{value}")
+    } else {
+        format!("{value:4.4}")
+    }
+}
 
 /// A new, empty latency histogram (nanoseconds, growing as needed).
 pub fn new_histogram() -> Histogram<u64> {
@@ -176,19 +196,19 @@ impl Report {
         let mut out = String::new();
         if self.successes > 0 {
             out += "\nSummary:\n";
-            out += &format!("  Total:\t{:4.4} secs.\n", self.total_secs);
-            out += &format!("  Slowest:\t{:4.4} secs.\n", self.slowest_secs);
-            out += &format!("  Fastest:\t{:4.4} secs.\n", self.fastest_secs);
-            out += &format!("  Average:\t{:4.4} secs.\n", self.average_secs);
-            out += &format!("  Stddev:\t{:4.4} secs.\n", self.stddev_secs);
-            out += &format!("  Requests/sec:\t{:4.4}\n", self.requests_per_sec);
+            out += &format!("  Total:\t{} secs.\n", figure(self.total_secs));
+            out += &format!("  Slowest:\t{} secs.\n", figure(self.slowest_secs));
+            out += &format!("  Fastest:\t{} secs.\n", figure(self.fastest_secs));
+            out += &format!("  Average:\t{} secs.\n", figure(self.average_secs));
+            out += &format!("  Stddev:\t{} secs.\n", figure(self.stddev_secs));
+            out += &format!("  Requests/sec:\t{}\n", figure(self.requests_per_sec));
             out += "\nResponse time histogram:\n";
             let max = self.histogram.iter().map(|b| b.count).max().unwrap_or(0);
             for bucket in &self.histogram {
                 let bar = (bucket.count * 40).checked_div(max).unwrap_or(0);
                 out += &format!(
-                    "  {:4.4} [{}]\t|{}\n",
-                    bucket.le_secs,
+                    "  {} [{}]\t|{}\n",
+                    figure(bucket.le_secs),
                     bucket.count,
                     "∎".repeat(bar as usize)
                 );
@@ -196,11 +216,11 @@ impl Report {
             out += "\nLatency distribution:\n";
             for &(percent, value) in &self.percentiles {
                 if value > 0.0 {
-                    out += &format!("  {percent}% in {value:4.4} secs.\n");
+                    out += &format!("  {percent}% in {} secs.\n", figure(value));
                 }
             }
-            out += &format!("  99.99% in {:4.4} secs.\n", self.p9999_secs);
-            out += &format!("  Max:\t{:4.4} secs.\n", self.max_secs);
+            out += &format!("  99.99% in {} secs.\n", figure(self.p9999_secs));
+            out += &format!("  Max:\t{} secs.\n", figure(self.max_secs));
         }
         if !self.errors.is_empty() {
             out += "\nError distribution:\n";
