@@ -11,8 +11,9 @@
 //!   every watcher has every event, as etcd's tool does.
 //! - `watch-latency`: `--clients` watchers of one key (one stream each),
 //!   and `--total` puts to it at most `--put-rate` per second (the first
-//!   second's worth at once, as the tool's limiter allows), each awaited
-//!   by every watcher. It reports the time from the put's answer
+//!   second's worth at once, as the tool's limiter allows), each to the
+//!   next endpoint in turn over connections of their own (as the tool's
+//!   put client rotates), each awaited by every watcher. It reports the time from the put's answer
 //!   to each watcher's event, as etcd's tool times it.
 
 use std::collections::BTreeMap;
@@ -260,7 +261,15 @@ pub async fn watch_latency(
             }
         });
     }
-    let mut kv = KvClient::new(channels[0].clone());
+    // The puts go over connections of their own, one per endpoint, each
+    // put to the next endpoint in turn: etcd's tool puts through a client
+    // of its own whose balancer rotates over the endpoints. Where a put
+    // lands decides which watchers hear of it before its answer.
+    let mut putters: Vec<KvClient<tonic::transport::Channel>> = connect_all(endpoints, endpoints.len())
+        .await?
+        .into_iter()
+        .map(KvClient::new)
+        .collect();
     let started = Instant::now();
     let mut latencies = Vec::with_capacity(args.total * arrivals.len());
     for i in 0..args.total {
@@ -276,6 +285,7 @@ pub async fn watch_latency(
             value: value.clone(),
             ..Default::default()
         };
+        let kv = &mut putters[i % endpoints.len()];
         kv.put(put).await.map_err(|e| format!("put: {}", e.message()))?;
         // Timed from the put's answer, as etcd's tool times it; an event
         // that came first counts as no wait.
@@ -297,7 +307,11 @@ mod tests {
 
     #[test]
     fn a_report_keeps_latencies_of_milliseconds() {
-        let results = [Duration::from_micros(5), Duration::from_micros(9_500), Duration::from_millis(40)];
+        let results = [
+            Duration::from_micros(5),
+            Duration::from_micros(9_500),
+            Duration::from_millis(40),
+        ];
         let text = report("title", Duration::from_secs(1), &results);
         let slowest = text
             .lines()
