@@ -15,6 +15,9 @@
 //! refused; then real etcdctl 3.5.17 for every step, through that member
 //! and another. Every expectation is asserted against both servers.
 //!
+//! Also: a member left without a leader says "etcdserver: no leader" in
+//! Status's errors, as etcd's does.
+//!
 //! Needs etcd and etcdctl: `ETCD_BIN` and `ETCDCTL_BIN`, or the cache that
 //! `../shared/peers/build.sh` fills (CI runs it).
 
@@ -175,4 +178,40 @@ async fn real_etcd_space_alarms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kv_server_space_alarms_behave_as_etcds() {
     walk_through(&common::kv_server(), 20479).await;
+}
+
+/// How long a member left alone may take to notice it has no leader:
+/// etcd's election timeout is 1 s, and a lone member campaigns at once.
+const LEADERLESS_WITHIN: Duration = Duration::from_secs(30);
+
+/// Status of a member whose two peers were killed: once it knows of no
+/// leader, its `errors` carry "etcdserver: no leader", as etcd's do.
+async fn leaderless_status_errors(binary: &Path, base: u16) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = common::Cluster::start(binary, dir.path(), base, &[]);
+    cluster.kill(1);
+    cluster.kill(2);
+    let endpoint = cluster.members[0].endpoint();
+    let deadline = std::time::Instant::now() + LEADERLESS_WITHIN;
+    loop {
+        let status = common::status(&endpoint, Duration::from_secs(5)).await;
+        if status.leader == 0 {
+            return status.errors;
+        }
+        assert!(std::time::Instant::now() < deadline, "still a leader: {status:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+// Goal: Status's `errors` say "etcdserver: no leader" while a member
+// knows of no leader, as etcd's Status does.
+// Method: a 3-member cluster of each server loses two members to kill -9;
+// the survivor's Status is read until it names no leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaderless_member_says_so_in_status() {
+    let expected = vec!["etcdserver: no leader".to_string()];
+    let etcd = leaderless_status_errors(&common::etcd_tool("ETCD_BIN", "etcd"), 30579).await;
+    assert_eq!(etcd, expected, "etcd's errors");
+    let ours = leaderless_status_errors(&common::kv_server(), 30679).await;
+    assert_eq!(ours, expected, "kv-server's errors");
 }

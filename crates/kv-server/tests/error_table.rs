@@ -33,8 +33,10 @@ use std::time::Duration;
 
 use kv_server::proto::etcdserverpb as pb;
 use kv_server::proto::etcdserverpb::auth_client::AuthClient;
+use kv_server::proto::etcdserverpb::cluster_client::ClusterClient;
 use kv_server::proto::etcdserverpb::kv_client::KvClient;
 use kv_server::proto::etcdserverpb::lease_client::LeaseClient;
+use kv_server::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -396,6 +398,7 @@ async fn auth_rows(binary: &std::path::Path, base: u16) -> Vec<(Code, String)> {
         .await
         .expect("connect");
     let lease_channel = channel.clone();
+    let lease_channel_for_admin = channel.clone();
     let (mut auth, mut kv) = (AuthClient::new(channel.clone()), KvClient::new(channel));
     let mut rows = Vec::new();
     let mut row = |answer: Result<(), tonic::Status>| {
@@ -476,10 +479,51 @@ async fn auth_rows(binary: &std::path::Path, base: u16) -> Vec<(Code, String)> {
         .id;
     let time_to_live = pb::LeaseTimeToLiveRequest { id, keys: true };
     row(lease.lease_time_to_live(time_to_live).await.map(drop));
+    rows.extend(admin_and_token_rows(lease_channel_for_admin, &bob).await);
     rows
 }
 
-// Goal: the auth rows of etcd's error table answer as etcd's do.
+/// With auth on: membership changes by a non-root user and by nobody,
+/// and a bogus token on the calls that check nothing but the token
+/// (Compact, LeaseGrant, Alarm).
+async fn admin_and_token_rows(channel: Channel, bob: &str) -> Vec<(Code, String)> {
+    let mut cluster = ClusterClient::new(channel.clone());
+    let (mut kv, mut lease) = (KvClient::new(channel.clone()), LeaseClient::new(channel.clone()));
+    let mut maintenance = MaintenanceClient::new(channel);
+    let mut rows = Vec::new();
+    let mut row = |answer: Result<(), tonic::Status>| {
+        let status = answer.expect_err("refused");
+        rows.push((status.code(), status.message().to_string()));
+    };
+    let add = pb::MemberAddRequest {
+        peer_ur_ls: vec!["http://127.0.0.1:1".into()],
+        is_learner: false,
+    };
+    row(cluster.member_add(with_token(add, bob)).await.map(drop));
+    let remove = pb::MemberRemoveRequest { id: 12345 };
+    row(cluster.member_remove(remove).await.map(drop));
+    let update = pb::MemberUpdateRequest {
+        id: 12345,
+        peer_ur_ls: vec!["http://127.0.0.1:1".into()],
+    };
+    row(cluster.member_update(with_token(update, bob)).await.map(drop));
+    let promote = pb::MemberPromoteRequest { id: 12345 };
+    row(cluster.member_promote(promote).await.map(drop));
+    let compact = pb::CompactionRequest {
+        revision: 1,
+        physical: false,
+    };
+    row(kv.compact(with_token(compact, "bogus.1")).await.map(drop));
+    let grant = pb::LeaseGrantRequest { ttl: 60, id: 0 };
+    row(lease.lease_grant(with_token(grant, "bogus.1")).await.map(drop));
+    let alarms = pb::AlarmRequest::default();
+    row(maintenance.alarm(with_token(alarms, "bogus.1")).await.map(drop));
+    rows
+}
+
+// Goal: the auth rows of etcd's error table answer as etcd's do, among
+// them membership changes, which need root, and a bogus token on the
+// calls that check only the token.
 // Method: the same requests to a one-member etcd 3.5.17 and a one-member
 // kv-server; every answer's code and message must be the same, and be
 // etcd's table's. "revision of auth store is old" needs an auth change
@@ -520,6 +564,13 @@ async fn auth_error_rows_match_etcd() {
         (Code::PermissionDenied, "etcdserver: permission denied"),
         (Code::InvalidArgument, "etcdserver: invalid auth management"),
         (Code::InvalidArgument, "etcdserver: user name is empty"),
+        (Code::PermissionDenied, "etcdserver: permission denied"),
+        (Code::InvalidArgument, "etcdserver: user name is empty"),
+        (Code::PermissionDenied, "etcdserver: permission denied"),
+        (Code::InvalidArgument, "etcdserver: user name is empty"),
+        (Code::Unauthenticated, "etcdserver: invalid auth token"),
+        (Code::Unauthenticated, "etcdserver: invalid auth token"),
+        (Code::Unauthenticated, "etcdserver: invalid auth token"),
     ]
     .into_iter()
     .map(|(code, message)| (code, message.to_string()))

@@ -74,7 +74,9 @@ impl Global {
     /// apply to, rather than ignore them.
     pub fn check_not_iterated(&self, command: &str) -> Result<(), String> {
         if self.warmup > 0 || self.iterations != 1 {
-            return Err(format!("--warmup and --iterations apply to put, range and txn-put, not to {command}"));
+            return Err(format!(
+                "--warmup and --iterations apply to put, range and txn-put, not to {command}"
+            ));
         }
         Ok(())
     }

@@ -178,6 +178,9 @@ impl Kv for KvService {
         &self,
         request: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
+        self.member
+            .authenticated(request.metadata(), request.extensions())
+            .await?;
         let compaction = raft_request::Request::Compaction(request.into_inner());
         match self.member.propose(compaction).await? {
             mvcc::WriteResponse::Compaction(response) => Ok(Response::new(pb::CompactionResponse {

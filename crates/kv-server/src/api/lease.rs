@@ -29,6 +29,9 @@ impl Lease for LeaseService {
         &self,
         request: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        self.member
+            .authenticated(request.metadata(), request.extensions())
+            .await?;
         let request = request.into_inner();
         let granted = self.member.lease_grant(request.ttl, request.id).await?;
         Ok(Response::new(pb::LeaseGrantResponse {

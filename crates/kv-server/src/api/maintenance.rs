@@ -13,6 +13,7 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::api::errors::store_status;
+use crate::error::RequestError;
 use crate::member::core::Member;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
@@ -69,6 +70,11 @@ impl Maintenance for MaintenanceService {
     /// for NONE), read linearizably; ACTIVATE and DEACTIVATE go through
     /// raft and answer the alarm raised, or the alarm cleared if it was.
     async fn alarm(&self, request: Request<pb::AlarmRequest>) -> Result<Response<pb::AlarmResponse>, Status> {
+        // etcd 3.5 sends every alarm request through raft, which checks
+        // the token and nothing more.
+        self.member
+            .authenticated(request.metadata(), request.extensions())
+            .await?;
         let request = request.into_inner();
         let alarms: Vec<mvcc::Alarm> = if request.action == pb::alarm_request::AlarmAction::Get as i32 {
             self.member.linearize().await?;
@@ -98,13 +104,7 @@ impl Maintenance for MaintenanceService {
             raft_index: member.status.committed(),
             raft_term: member.status.term(),
             raft_applied_index: member.status.applied(),
-            // etcd lists each raised alarm in its text form.
-            errors: member
-                .store
-                .alarms()
-                .into_iter()
-                .map(|alarm| alarm_text(&alarm_member(alarm)))
-                .collect(),
+            errors: status_errors(member),
             // Counted from time to time (see `Member::live_bytes`); never
             // more than the size.
             db_size_in_use: (member.live_bytes.load(Ordering::Acquire) as i64).min(db_size),
@@ -181,6 +181,21 @@ impl Maintenance for MaintenanceService {
     async fn downgrade(&self, _: Request<pb::DowngradeRequest>) -> Result<Response<pb::DowngradeResponse>, Status> {
         Err(unimplemented("Downgrade"))
     }
+}
+
+/// Status's `errors`, as etcd fills them: each raised alarm in its text
+/// form, then "no leader" while the member knows of none.
+fn status_errors(member: &Member) -> Vec<String> {
+    let mut errors: Vec<String> = member
+        .store
+        .alarms()
+        .into_iter()
+        .map(|alarm| alarm_text(&alarm_member(alarm)))
+        .collect();
+    if member.leader() == 0 {
+        errors.push(RequestError::NoLeader.to_string());
+    }
+    errors
 }
 
 fn alarm_member(alarm: mvcc::Alarm) -> pb::AlarmMember {

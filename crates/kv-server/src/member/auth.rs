@@ -120,6 +120,20 @@ impl Member {
         Ok(())
     }
 
+    /// etcd's check on a request that goes through raft with no
+    /// permission of its own (Compact, LeaseGrant, Alarm): a token, if
+    /// given, must be valid.
+    pub async fn authenticated(
+        &self,
+        metadata: &MetadataMap,
+        extensions: &tonic::Extensions,
+    ) -> Result<(), RequestError> {
+        if !self.auth.enabled() {
+            return Ok(());
+        }
+        self.user_of(metadata, extensions).await.map(drop)
+    }
+
     /// The caller of a request that needs the root role (auth management,
     /// and some maintenance), checked.
     pub async fn authorize_admin(
