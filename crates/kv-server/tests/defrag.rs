@@ -101,23 +101,54 @@ async fn served(endpoint: &str) -> usize {
     kvs.len()
 }
 
-/// Fills, deletes all but `KEPT` keys, compacts and defragments; checks
-/// the size at least halves.
+/// How long Status's `dbSizeInUse` may take to show a change: etcd's
+/// shows it at its next backend commit (100 ms), kv-server's at its next
+/// count (about a second while the store changes, at once after a
+/// compaction).
+const IN_USE_SHOWS_WITHIN: Duration = Duration::from_secs(10);
+
+/// Waits until the member's (dbSize, dbSizeInUse) satisfy `holds`;
+/// returns them.
+fn in_use_until(endpoint: &str, what: &str, holds: impl Fn(u64, u64) -> bool) -> (u64, u64) {
+    let deadline = std::time::Instant::now() + IN_USE_SHOWS_WITHIN;
+    loop {
+        let (size, in_use, _) = sizes(endpoint);
+        if holds(size, in_use) {
+            return (size, in_use);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: in use {in_use} of {size}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Fills (in use shows it), deletes all but `KEPT` keys, compacts (in use
+/// falls to at most half the size) and defragments; checks the size at
+/// least halves.
 async fn shrinks(binary: &Path, dir: &Path, port: u16) -> common::Cluster {
     let cluster = common::Cluster::start_members(binary, dir, port, 1, &[]);
     let endpoint = cluster.members[0].endpoint();
     fill(&endpoint, 0..KEYS).await;
+    let filled = (KEYS * VALUE_BYTES) as u64;
+    in_use_until(&endpoint, "after the fill", |_, in_use| in_use >= filled);
     let from = String::from_utf8(key(KEPT)).expect("utf-8");
     succeeded(etcdctl(&endpoint, &["del", &from, "defrag0"]));
     let (_, _, revision) = sizes(&endpoint);
     succeeded(etcdctl(&endpoint, &["compact", &revision.to_string(), "--physical"]));
-    let (before, _, _) = sizes(&endpoint);
+    let (before, _) = in_use_until(&endpoint, "after the compaction", |size, in_use| in_use * 2 <= size);
     let said = succeeded(etcdctl(&endpoint, &["defrag"]));
     assert!(said.contains("Finished defragmenting etcd member"), "{said}");
     let (after, in_use, _) = sizes(&endpoint);
     eprintln!("{}: dbSize {before} before defrag, {after} after", binary.display());
     assert!(after * 2 <= before, "dbSize {before} before defrag, {after} after");
     assert!(in_use <= after, "in use {in_use}, size {after}");
+    let kept_bytes = (KEPT * VALUE_BYTES) as u64;
+    assert!(
+        in_use >= kept_bytes,
+        "in use {in_use}, below the {kept_bytes} bytes kept"
+    );
     assert_eq!(served(&endpoint).await, KEPT);
     cluster
 }

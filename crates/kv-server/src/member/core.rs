@@ -75,9 +75,10 @@ pub struct Member {
     /// The store's size on disk, sampled by the server every 100 ms (the
     /// quota check reads this instead of asking sled per write).
     pub disk_bytes: AtomicU64,
-    /// Bytes of what the store holds (`Store::live_bytes`), sampled every
-    /// `DB_SIZE_IN_USE_SAMPLE` and after a defragmentation: Status's
-    /// `dbSizeInUse`.
+    /// Bytes of what the store holds (`Store::live_bytes`), counted
+    /// about every second while the store changes (less often when
+    /// counting takes long: `server::tasks`), after each compaction and
+    /// after a defragmentation: Status's `dbSizeInUse`.
     pub live_bytes: AtomicU64,
     pub(super) node: SyncSender<NodeInput>,
     pub(super) leader_channels: PeerChannels,
