@@ -21,11 +21,10 @@
 //! The membership rows (unhealthy cluster, member not found, bad URLs,
 //! peer URLs taken, promoting a voter, too many learners, a learner not
 //! in sync) are provoked alike in a real etcd 3.5.17 cluster and a
-//! kv-server cluster, and both must answer etcd's code and message. Not
-//! provoked: "not enough started members" (a quorum that never
-//! published, which a running cluster does not have) and "member ID
-//! already exist" (ids are random); their texts are checked in the unit
-//! table (`api::errors`).
+//! kv-server cluster, and both must answer etcd's code and message; so
+//! is "not enough started members", in a lone member that added a voter
+//! which never started. Not provoked: "member ID already exist" (ids are
+//! random); its text is checked in the unit table (`api::errors`).
 
 mod common;
 
@@ -354,6 +353,49 @@ async fn membership_error_rows_match_etcd() {
     .collect();
     assert_eq!(etcd, expected, "etcd's answers");
     assert_eq!(ours, expected, "kv-server's answers");
+}
+
+/// A one-member cluster of `binary` given a second voter that never
+/// starts (etcd lets a lone member add one, for restoring a cluster), then
+/// asked for a third voter: the answer to that.
+async fn not_enough_started_row(binary: &std::path::Path, base: u16) -> (Code, String) {
+    use kv_server::proto::etcdserverpb::cluster_client::ClusterClient;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = common::Cluster::start_members(binary, dir.path(), base, 1, &[]);
+    let channel = common::connect(&cluster.members[0].endpoint(), Duration::from_secs(15))
+        .await
+        .expect("connect");
+    let members = ClusterClient::new(channel);
+    let add = |port: u16| pb::MemberAddRequest {
+        peer_ur_ls: vec![format!("http://127.0.0.1:{port}")],
+        is_learner: false,
+    };
+    once_healthy(|| {
+        let mut members = members.clone();
+        let request = add(base + 31);
+        async move { members.member_add(request).await }
+    })
+    .await
+    .expect("a lone member adds a second voter");
+    let status = members.clone().member_add(add(base + 41)).await.expect_err("refused");
+    (status.code(), status.message().to_string())
+}
+
+// Goal: "not enough started members" answers as etcd's does.
+// Method: a lone member of each server adds a voter that never starts,
+// then is asked for another; both must refuse it with etcd's code and
+// message, before any proposal (the cluster has lost its quorum).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_enough_started_members_matches_etcd() {
+    // Unknown: etcd 3.5 hands gRPC its client-side error value here.
+    let expected = (
+        Code::Unknown,
+        "etcdserver: re-configuration failed due to not enough started members".to_string(),
+    );
+    let etcd = not_enough_started_row(&common::etcd_tool("ETCD_BIN", "etcd"), 30779).await;
+    assert_eq!(etcd, expected, "etcd's answer");
+    let ours = not_enough_started_row(&common::kv_server(), 30879).await;
+    assert_eq!(ours, expected, "kv-server's answer");
 }
 
 /// `request` carrying `token` as etcd's clients send it.

@@ -31,9 +31,11 @@ impl From<RequestError> for Status {
             | RequestError::LeaderTransferTimedOut
             | RequestError::Unhealthy
             | RequestError::NotSupportedForLearner => Code::Unavailable,
+            // etcd 3.5 maps this one to its client-side error value, not
+            // a gRPC status, so gRPC sends it as Unknown.
+            RequestError::NotEnoughStarted => Code::Unknown,
             RequestError::MemberExists
             | RequestError::PeerUrlExists
-            | RequestError::NotEnoughStarted
             | RequestError::MemberNotLearner
             | RequestError::LearnerNotReady
             | RequestError::TooManyLearners => Code::FailedPrecondition,
@@ -128,7 +130,7 @@ mod tests {
             ),
             (
                 RequestError::NotEnoughStarted,
-                Code::FailedPrecondition,
+                Code::Unknown,
                 "etcdserver: re-configuration failed due to not enough started members",
             ),
             (
