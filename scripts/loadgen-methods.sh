@@ -60,7 +60,10 @@ check() {  # server binary
 
     "$LOADGEN_BIN" matrix --doc v2.2.0-rc --scale 0.02 --endpoints "$endpoints" --label "$server" \
         > "$out/v2.txt"
-    [ "$(grep -Ec '^\| (read|write) \| .* \| 0 \|$' "$out/v2.txt")" = 20 ] ||
+    # Each row: op, size, clients, target, a measured QPS and the page's,
+    # a measured p90 and the page's, and no errors.
+    row_re='^\| (read|write) \| (64|256) \| [0-9]+ \| (leader|all) \| [1-9][0-9]* \| [1-9][0-9]* \| [0-9]+\.[0-9] \| [0-9]+\.[0-9] \| 0 \|$'
+    [ "$(grep -Ec "$row_re" "$out/v2.txt")" = 20 ] ||
         fail "$server: the v2.2.0-rc matrix did not finish 20 clean rows: $(tail -25 "$out/v2.txt")"
 
     "$LOADGEN_BIN" --endpoints "$endpoints" --conns 5 --clients 5 watch --streams 10 --watch-per-stream 20 \

@@ -22,8 +22,11 @@
 //! - `etcd_network_client_grpc_{received,sent}_bytes_total` count bytes
 //!   read from and written to client connections, HTTP/2 framing (and
 //!   TLS records) included, where etcd counts gRPC payloads.
-//! - `etcd_network_peer_round_trip_time_seconds` is a probe's round trip
-//!   to each peer every [`PEER_PROBE_EVERY`], as etcd's prober measures.
+//! - `etcd_network_peer_round_trip_time_seconds` records each probe's
+//!   round trip to each peer, one every [`PEER_PROBE_EVERY`] as etcd's
+//!   prober sends them. etcd records only its smoothed round trip, every
+//!   30 s, so this histogram's count grows 7.5 times as fast, and a run
+//!   shorter than 30 s (a sweep row) sees samples where etcd's has none.
 
 pub mod grpc;
 pub mod handles;
