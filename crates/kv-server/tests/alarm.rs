@@ -2,7 +2,9 @@
 //! past `--quota-backend-bytes` is refused with etcd's code and message and
 //! raises the refusing member's NOSPACE alarm through raft (each member
 //! over the quota raises its own when it refuses); while one is raised
-//! every member refuses puts, reads and deletes still work, `alarm list`
+//! every member refuses puts, txns with a put and lease grants, reads
+//! (txns of reads too) and deletes still work, every acknowledged put is
+//! still served, `alarm list`
 //! and Status show them; `alarm disarm` clears them; and a store still
 //! over its quota refuses the next put and raises the alarm again. Then
 //! etcd's recovery: delete, compact, `defrag --cluster` and disarm; puts
@@ -88,6 +90,7 @@ async fn walk_through(binary: &Path, base: u16) {
     };
     kv.put(kept).await.expect("put before the quota");
     let mut refused = None;
+    let mut acknowledged = 0;
     for i in 0..PUTS_MAX {
         let put = pb::PutRequest {
             key: format!("fill/{:03}", i % 300).into_bytes(),
@@ -98,6 +101,7 @@ async fn walk_through(binary: &Path, base: u16) {
             refused = Some(status);
             break;
         }
+        acknowledged = i + 1;
     }
     let refused = refused.expect("the quota refuses a put");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
@@ -112,8 +116,13 @@ async fn walk_through(binary: &Path, base: u16) {
     assert!(!ok && error.contains(NO_SPACE), "every member refuses: {error}");
     let (ok, value, _) = etcdctl(&first, &["get", "fill/001", "--print-value-only"]);
     assert!(ok && value.trim().len() == VALUE_BYTES, "reads still work");
+    refuses_what_adds_data(&second).await;
     let (ok, deleted, _) = etcdctl(&first, &["del", "fill/002"]);
     assert!(ok && deleted.trim() == "1", "deletes still work: {deleted}");
+    // Every acknowledged put is there, on another member (fill/002 was
+    // deleted just now).
+    let expected = acknowledged.min(300) - usize::from(acknowledged > 2);
+    assert_eq!(fill_keys(&second).await, expected, "{acknowledged} puts acknowledged");
     let (ok, listed, _) = etcdctl(&first, &["alarm", "list"]);
     assert!(ok);
     let raised = nospace_alarms(&listed);
@@ -178,6 +187,66 @@ async fn real_etcd_space_alarms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kv_server_space_alarms_behave_as_etcds() {
     walk_through(&common::kv_server(), 20479).await;
+}
+
+/// While NOSPACE is raised: a txn with a put and a lease grant are
+/// refused as a put is, and a txn of reads is answered.
+async fn refuses_what_adds_data(endpoint: &str) {
+    use kv_server::proto::etcdserverpb::lease_client::LeaseClient;
+    use kv_server::proto::etcdserverpb::request_op::Request as Op;
+    let channel = common::connect(endpoint, CALL_TIMEOUT).await.expect("connect");
+    let mut kv = KvClient::new(channel.clone());
+    let op = |request: Op| pb::RequestOp { request: Some(request) };
+    let put = op(Op::RequestPut(pb::PutRequest {
+        key: b"in-a-txn".to_vec(),
+        value: b"v".to_vec(),
+        ..Default::default()
+    }));
+    let txn = pb::TxnRequest {
+        success: vec![put],
+        ..Default::default()
+    };
+    let refused = kv.txn(txn).await.expect_err("a txn with a put is refused");
+    assert_eq!(
+        (refused.code(), refused.message()),
+        (tonic::Code::ResourceExhausted, NO_SPACE)
+    );
+    let read = op(Op::RequestRange(pb::RangeRequest {
+        key: b"kept".to_vec(),
+        ..Default::default()
+    }));
+    let reads = pb::TxnRequest {
+        success: vec![read],
+        ..Default::default()
+    };
+    kv.txn(reads).await.expect("a txn of reads is answered");
+    let grant = pb::LeaseGrantRequest { ttl: 60, id: 0 };
+    let refused = LeaseClient::new(channel)
+        .lease_grant(grant)
+        .await
+        .expect_err("a lease grant is refused");
+    assert_eq!(
+        (refused.code(), refused.message()),
+        (tonic::Code::ResourceExhausted, NO_SPACE)
+    );
+}
+
+/// How many `fill/` keys the member at `endpoint` serves, each checked
+/// to hold its value.
+async fn fill_keys(endpoint: &str) -> usize {
+    let channel = common::connect(endpoint, CALL_TIMEOUT).await.expect("connect");
+    let all = pb::RangeRequest {
+        key: b"fill/".to_vec(),
+        range_end: b"fill0".to_vec(),
+        ..Default::default()
+    };
+    let mut kv = KvClient::new(channel).max_decoding_message_size(64 << 20);
+    let kvs = kv.range(all).await.expect("range").into_inner().kvs;
+    assert!(
+        kvs.iter().all(|kv| kv.value == vec![b'v'; VALUE_BYTES]),
+        "fill values intact"
+    );
+    kvs.len()
 }
 
 /// How long a member left alone may take to notice it has no leader:

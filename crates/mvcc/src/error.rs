@@ -9,6 +9,7 @@ pub enum Code {
     NotFound,
     OutOfRange,
     FailedPrecondition,
+    ResourceExhausted,
     Internal,
 }
 
@@ -36,6 +37,9 @@ pub enum Error {
     LeaseExists,
     #[error("etcdserver: too large lease TTL")]
     LeaseTtlTooLarge,
+    /// A write that adds data, applied while a NOSPACE alarm is raised.
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
     /// The storage engine failed, or stored bytes do not decode.
     #[error("mvcc: storage: {0}")]
     Storage(String),
@@ -48,6 +52,7 @@ impl Error {
             Error::LeaseNotFound => Code::NotFound,
             Error::LeaseExists => Code::FailedPrecondition,
             Error::Storage(_) => Code::Internal,
+            Error::NoSpace => Code::ResourceExhausted,
             Error::EmptyKey
             | Error::KeyNotFound
             | Error::DuplicateKey

@@ -37,7 +37,7 @@ use crate::records::{self, Overlay};
 use crate::request::{
     Alarm, AlarmRequest, AlarmResponse, Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest,
     DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, WriteRequest, WriteResponse,
+    PutResponse, RangeRequest, RangeResponse, RequestOp, TxnRequest, WriteRequest, WriteResponse,
 };
 use crate::revision::Revision;
 use crate::txn;
@@ -527,8 +527,22 @@ impl Store {
         commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())
     }
 
-    fn apply_one(&self, state: &mut State, batch: &mut Batch, request: &WriteRequest) -> Applied {
+    /// Why `request` is refused before it is applied, if it is: it is
+    /// not valid, or it adds data while a NOSPACE alarm is raised (etcd's
+    /// capped applier: refused here too, not only when it arrives, so one
+    /// checked just before the alarm was raised does not slip through;
+    /// every member applies the alarm at the same index, so every member
+    /// refuses the same writes).
+    fn refusal(&self, state: &State, request: &WriteRequest) -> Option<Error> {
         if let Err(error) = validate::check_write(request, self.max_txn_ops) {
+            return Some(error);
+        }
+        let no_space = state.alarms.iter().any(|alarm| alarm.kind == ALARM_NOSPACE);
+        (no_space && adds_data(request)).then_some(Error::NoSpace)
+    }
+
+    fn apply_one(&self, state: &mut State, batch: &mut Batch, request: &WriteRequest) -> Applied {
+        if let Some(error) = self.refusal(state, request) {
             return Applied {
                 response: Err(error),
                 events: Vec::new(),
@@ -1027,6 +1041,26 @@ fn grant_lease(state: &mut State, batch: &mut Batch, request: &LeaseGrantRequest
     })
 }
 
+/// etcd's NOSPACE alarm kind (`AlarmType_NOSPACE`).
+pub const ALARM_NOSPACE: i32 = 1;
+
+/// Whether `request` adds data, as etcd's quota counts it: a put, a lease
+/// grant, or a txn with a put in either branch (nested txns included).
+fn adds_data(request: &WriteRequest) -> bool {
+    fn txn_puts(txn: &TxnRequest) -> bool {
+        txn.success.iter().chain(&txn.failure).any(|op| match op {
+            RequestOp::Put(_) => true,
+            RequestOp::Txn(nested) => txn_puts(nested),
+            RequestOp::Range(_) | RequestOp::DeleteRange(_) => false,
+        })
+    }
+    match request {
+        WriteRequest::Put(_) | WriteRequest::LeaseGrant(_) => true,
+        WriteRequest::Txn(txn) => txn_puts(txn),
+        _ => false,
+    }
+}
+
 /// Raises or clears an alarm, as etcd's alarm store does.
 fn change_alarm(state: &mut State, batch: &mut Batch, request: &AlarmRequest) -> AlarmResponse {
     let changed = if request.activate {
@@ -1333,6 +1367,61 @@ mod tests {
             Ok(WriteResponse::Alarm(response)) => response.alarm,
             other => panic!("{other:?}"),
         }
+    }
+
+    // Goal: while a NOSPACE alarm is raised, the store refuses at apply
+    // what etcd's capped applier refuses (puts, txns with a put in either
+    // branch, lease grants) and applies the rest (reads in txns, deletes,
+    // compactions); once it is cleared, puts apply again.
+    // Method: one store, an alarm raised and cleared through apply.
+    #[test]
+    fn a_nospace_alarm_refuses_writes_that_add_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("a")).unwrap();
+        let put = |key: &[u8]| PutRequest {
+            key: key.to_vec(),
+            value: b"v".to_vec(),
+            ..PutRequest::default()
+        };
+        let range = RangeRequest {
+            key: b"k".to_vec(),
+            ..RangeRequest::default()
+        };
+        let txn = |success: Vec<RequestOp>| {
+            WriteRequest::Txn(TxnRequest {
+                compare: Vec::new(),
+                success,
+                failure: Vec::new(),
+            })
+        };
+        let refused = |index: u64, request: WriteRequest| {
+            let applied = store.apply(index, &[request]).unwrap().remove(0);
+            applied.response.err()
+        };
+        assert_eq!(refused(1, WriteRequest::Put(put(b"k"))), None);
+        answer(&store, 2, alarm(7, ALARM_NOSPACE, true));
+        let revision = store.current_revision();
+        assert_eq!(refused(3, WriteRequest::Put(put(b"k"))), Some(Error::NoSpace));
+        let grant = WriteRequest::LeaseGrant(LeaseGrantRequest { id: 5, ttl: 60 });
+        assert_eq!(refused(4, grant), Some(Error::NoSpace));
+        let nested = txn(vec![RequestOp::Txn(TxnRequest {
+            compare: Vec::new(),
+            success: vec![RequestOp::Put(put(b"n"))],
+            failure: Vec::new(),
+        })]);
+        assert_eq!(refused(5, nested), Some(Error::NoSpace));
+        assert_eq!(store.current_revision(), revision, "nothing refused applied");
+        assert_eq!(refused(6, txn(vec![RequestOp::Range(range.clone())])), None);
+        let delete = WriteRequest::DeleteRange(DeleteRangeRequest {
+            key: b"k".to_vec(),
+            range_end: Vec::new(),
+            prev_kv: false,
+        });
+        assert_eq!(refused(7, delete), None);
+        assert_eq!(store.current_revision(), revision + 1, "the delete applied");
+        answer(&store, 8, alarm(7, ALARM_NOSPACE, false));
+        assert_eq!(refused(9, WriteRequest::Put(put(b"k"))), None);
+        assert_eq!(store.range(&range).unwrap().kvs.len(), 1);
     }
 
     // Goal: alarms are raised and cleared as etcd's alarm store does them

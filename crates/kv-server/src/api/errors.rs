@@ -14,6 +14,7 @@ pub fn store_status(error: &mvcc::Error) -> Status {
         mvcc::Code::NotFound => Code::NotFound,
         mvcc::Code::OutOfRange => Code::OutOfRange,
         mvcc::Code::FailedPrecondition => Code::FailedPrecondition,
+        mvcc::Code::ResourceExhausted => Code::ResourceExhausted,
         mvcc::Code::Internal => Code::Internal,
     };
     Status::new(code, error.to_string())

@@ -85,8 +85,8 @@ pub struct Member {
     pub(super) lease_ids: LeaseIds,
 }
 
-/// etcd's `AlarmType` numbers.
-pub const ALARM_NOSPACE: i32 = 1;
+/// etcd's NOSPACE `AlarmType`, which the store also refuses writes by.
+pub use mvcc::ALARM_NOSPACE;
 
 /// A refused send to the raft loop's queue, as the client sees it.
 pub fn queue_error<T>(error: TrySendError<T>) -> RequestError {
