@@ -171,7 +171,12 @@ async fn runbook(cluster: &mut common::Cluster, files: &Path) -> (PathBuf, Outco
         .and_then(|m| m["ID"].as_u64())
         .expect("the learner is listed as one");
 
-    // A learner serves serializable reads only.
+    // A learner serves serializable reads only: every key, once caught up.
+    let deadline = Instant::now() + CATCH_UP_WITHIN;
+    while served(&learner, true) != expected_keys(false) {
+        assert!(Instant::now() < deadline, "the learner never held every key");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     for refused in [&["put", "runbook/refused", "v"][..], &["get", "runbook/0001"][..]] {
         let answer = etcdctl(&learner, refused);
         let said = text(&answer);
@@ -205,12 +210,21 @@ async fn runbook(cluster: &mut common::Cluster, files: &Path) -> (PathBuf, Outco
         HEALTHY_WITHIN,
     );
     wait_exit(cluster, 0);
+    assert_eq!(
+        served(&cluster.members[2].endpoint(), false),
+        expected_keys(false),
+        "the members left hold every key"
+    );
 
-    // 5. Three voters.
+    // 5. Three voters, each holding every key.
     let member_list = json(&etcdctl(&others, &["member", "list", "-w", "json"]));
     let members = member_list["members"].as_array().expect("members");
     assert_eq!(members.len(), 3, "{member_list}");
     assert!(members.iter().all(|m| m.get("isLearner").is_none_or(|l| l == false)));
+    for i in 1..4 {
+        let endpoint = cluster.members[i].endpoint();
+        assert_eq!(served(&endpoint, true), expected_keys(false), "voter {i}");
+    }
     let endpoint_status = json(&etcdctl(&others, &["endpoint", "status", "-w", "json"]));
 
     // 6. Written through the new member, read linearizably from another.
@@ -222,6 +236,9 @@ async fn runbook(cluster: &mut common::Cluster, files: &Path) -> (PathBuf, Outco
     let path = files.join(format!("runbook-{base}.db"));
     let saved = etcdctl(&learner, &["snapshot", "save", path.to_str().expect("utf-8 path")]);
     assert!(saved.status.success(), "{}", text(&saved));
+    // The file holds the data: step 8 restores it and reads every key.
+    let length = std::fs::metadata(&path).expect("the snapshot file").len();
+    assert!(length > (KEYS * 10) as u64, "a snapshot of {length} bytes");
     let outcome = Outcome {
         member_list: blank(member_list, base),
         endpoint_status: blank(endpoint_status, base),
