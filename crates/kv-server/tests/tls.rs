@@ -19,7 +19,7 @@ mod common;
 
 use std::path::Path;
 
-use common::certs::{https_get, Certs};
+use common::certs::{https_get, tls_accepts, Certs};
 
 #[test]
 fn tls_with_client_certificates_as_etcd() {
@@ -78,6 +78,25 @@ fn walk_through(binary: &Path, dir: &Path, base: u16, certs: &Certs) {
     assert!(
         !refused.contains("200 OK"),
         "{what}: /health answered a certificate from another CA: {refused}"
+    );
+    let metrics = https_get(port, "/metrics", ca, pair);
+    assert!(
+        metrics.contains("etcd_server_has_leader 1"),
+        "{what}: /metrics over TLS: {}",
+        &metrics[..metrics.len().min(500)]
+    );
+    // The peer port takes a certificate of the cluster's CA and refuses
+    // one from another CA.
+    let peer_port = cluster.members[1].peer_port;
+    let trusted = tls_accepts(peer_port, ca, pair);
+    assert!(
+        trusted.is_ok(),
+        "{what}: the peer port refused a trusted certificate: {trusted:?}"
+    );
+    let stranger = tls_accepts(peer_port, ca, &certs.stranger);
+    assert!(
+        stranger.is_err(),
+        "{what}: the peer port took a certificate from another CA"
     );
 
     let endpoints = format!("--endpoints={}", cluster.endpoints());

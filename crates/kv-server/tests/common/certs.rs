@@ -145,6 +145,36 @@ pub fn https_get(port: u16, path: &str, ca: &Path, pair: &Pair) -> String {
     String::from_utf8_lossy(&response).into_owned()
 }
 
+/// Whether the TLS listener on `port` takes `pair` as a client
+/// certificate, whatever protocol it speaks over TLS: the handshake, then
+/// a second of listening (no request is sent) for the alert a server
+/// sends when it refuses the certificate. `Err` says why it was refused.
+pub fn tls_accepts(port: u16, ca: &Path, pair: &Pair) -> Result<(), String> {
+    let config = client_config(ca, pair);
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("server name");
+    let mut connection = rustls::ClientConnection::new(config, name).map_err(|e| e.to_string())?;
+    let mut socket = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
+        .map_err(|e| format!("connect: {e}"))?;
+    socket
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .map_err(|e| e.to_string())?;
+    connection
+        .complete_io(&mut socket)
+        .map_err(|e| format!("handshake: {e}"))?;
+    loop {
+        match connection.read_tls(&mut socket) {
+            Ok(0) => return Err("closed without a word".into()),
+            Ok(_) => {
+                connection.process_new_packets().map_err(|e| e.to_string())?;
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Ok(());
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 fn client_config(ca: &Path, pair: &Pair) -> Arc<rustls::ClientConfig> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
