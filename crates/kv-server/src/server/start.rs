@@ -57,6 +57,9 @@ pub fn run(config: Config) -> Result<(), Error> {
     let opened = open(&config)?;
     let membership = opened.membership.clone();
     crate::metrics::metrics().describe_member(membership.local_id, config.quota_backend_bytes);
+    // Without the metrics feature no observer is installed, so the store
+    // does not time its applies and commits either.
+    #[cfg(feature = "metrics")]
     opened
         .store
         .observe_with(Arc::new(crate::metrics::StoreObserver::default()));
