@@ -234,14 +234,7 @@ async fn refuses_what_adds_data(endpoint: &str) {
 /// How many `fill/` keys the member at `endpoint` serves, each checked
 /// to hold its value.
 async fn fill_keys(endpoint: &str) -> usize {
-    let channel = common::connect(endpoint, CALL_TIMEOUT).await.expect("connect");
-    let all = pb::RangeRequest {
-        key: b"fill/".to_vec(),
-        range_end: b"fill0".to_vec(),
-        ..Default::default()
-    };
-    let mut kv = KvClient::new(channel).max_decoding_message_size(64 << 20);
-    let kvs = kv.range(all).await.expect("range").into_inner().kvs;
+    let kvs = common::range(endpoint, b"fill/", b"fill0", CALL_TIMEOUT).await;
     assert!(
         kvs.iter().all(|kv| kv.value == vec![b'v'; VALUE_BYTES]),
         "fill values intact"

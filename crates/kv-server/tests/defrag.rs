@@ -86,14 +86,7 @@ async fn fill(endpoint: &str, range: std::ops::Range<usize>) {
 /// How many keys under `defrag/` the member serves, each checked to hold
 /// its value.
 async fn served(endpoint: &str) -> usize {
-    let channel = common::connect(endpoint, CALL_TIMEOUT).await.expect("connect");
-    let all = pb::RangeRequest {
-        key: b"defrag/".to_vec(),
-        range_end: b"defrag0".to_vec(),
-        ..Default::default()
-    };
-    let mut kv = KvClient::new(channel).max_decoding_message_size(64 << 20);
-    let kvs = kv.range(all).await.expect("range").into_inner().kvs;
+    let kvs = common::range(endpoint, b"defrag/", b"defrag0", CALL_TIMEOUT).await;
     for kv in &kvs {
         let i: usize = String::from_utf8_lossy(&kv.key[7..]).parse().expect("numbered key");
         assert_eq!(kv.value, vec![b'a' + (i % 26) as u8; VALUE_BYTES], "key {i}");

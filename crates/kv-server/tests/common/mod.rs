@@ -144,6 +144,29 @@ pub async fn status(endpoint: &str, call_timeout: Duration) -> kv_server::proto:
         .into_inner()
 }
 
+/// The largest range answer [`range`] takes: megabytes of values.
+pub const RANGE_ANSWER_MAX: usize = 64 << 20;
+
+/// The key-values in `[key, range_end)` that the member at `endpoint`
+/// serves (a linearizable range), each call bounded by `call_timeout`.
+pub async fn range(
+    endpoint: &str,
+    key: &[u8],
+    range_end: &[u8],
+    call_timeout: Duration,
+) -> Vec<kv_server::proto::mvccpb::KeyValue> {
+    use kv_server::proto::etcdserverpb::kv_client::KvClient;
+    use kv_server::proto::etcdserverpb::RangeRequest;
+    let channel = connect(endpoint, call_timeout).await.expect("connect");
+    let request = RangeRequest {
+        key: key.to_vec(),
+        range_end: range_end.to_vec(),
+        ..Default::default()
+    };
+    let mut kv = KvClient::new(channel).max_decoding_message_size(RANGE_ANSWER_MAX);
+    kv.range(request).await.expect("range").into_inner().kvs
+}
+
 /// The id of the member at `endpoint`, as its Status reports it.
 pub async fn member_id(endpoint: &str, call_timeout: Duration) -> u64 {
     status(endpoint, call_timeout).await.header.expect("header").member_id
