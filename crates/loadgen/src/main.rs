@@ -80,43 +80,41 @@ fn read_matrix(path: &Path) -> Result<matrix::MatrixResult, String> {
 async fn run(cli: Cli) -> Result<(), String> {
     let global = cli.global;
     report::set_precise(global.precise);
+    let not_iterated = match &cli.command {
+        Command::Sweep(_) => Some("sweep"),
+        Command::Matrix(_) => Some("matrix"),
+        Command::Watch(_) => Some("watch"),
+        Command::WatchLatency(_) => Some("watch-latency"),
+        Command::Watchers(_) => Some("watchers"),
+        Command::Put(_) | Command::Range(_) | Command::TxnPut(_) | Command::Compare(_) => None,
+    };
+    if let Some(command) = not_iterated {
+        global.check_not_iterated(command)?;
+    }
     if let Command::Sweep(args) = &cli.command {
-        global.check_not_iterated("sweep")?;
         return sweep(&global, args).await;
     }
     global.check_single()?;
+    let (endpoints, conns, clients) = (&global.endpoints, global.conns(), global.clients());
     let (workload, rate) = match cli.command {
         Command::Put(args) => put_workload(args),
         Command::Range(args) => range_workload(args)?,
         Command::TxnPut(args) => txn_put_workload(args),
-        Command::Matrix(args) => {
-            global.check_not_iterated("matrix")?;
-            return run_matrix(&global, &args).await;
-        }
+        Command::Matrix(args) => return run_matrix(&global, &args).await,
         Command::Compare(args) => return compare_files(&args),
         Command::Sweep(_) => unreachable!("handled above"),
         Command::Watch(args) => {
-            global.check_not_iterated("watch")?;
-            let (conns, clients) = (global.conns(), global.clients());
-            print!(
-                "{}",
-                watch_bench::watch(&global.endpoints, conns, clients, &args).await?
-            );
+            print!("{}", watch_bench::watch(endpoints, conns, clients, &args).await?);
             return Ok(());
         }
         Command::WatchLatency(args) => {
-            global.check_not_iterated("watch-latency")?;
-            let (conns, clients) = (global.conns(), global.clients());
             print!(
                 "{}",
-                watch_bench::watch_latency(&global.endpoints, conns, clients, &args).await?
+                watch_bench::watch_latency(endpoints, conns, clients, &args).await?
             );
             return Ok(());
         }
-        Command::Watchers(args) => {
-            global.check_not_iterated("watchers")?;
-            return watchers::run(&global.endpoints, global.conns(), &args).await;
-        }
+        Command::Watchers(args) => return watchers::run(endpoints, conns, &args).await,
     };
     let target = Target {
         endpoints: global.endpoints.clone(),
