@@ -133,6 +133,23 @@ pub struct TxnRequest {
     pub failure: Vec<RequestOp>,
 }
 
+impl TxnRequest {
+    /// The key and value bytes of every put in either branch, nested txns
+    /// included: what the txn adds, as the space quota counts it (a txn
+    /// adds data when this is above 0, since every put has a key).
+    pub fn put_bytes(&self) -> usize {
+        self.success
+            .iter()
+            .chain(&self.failure)
+            .map(|op| match op {
+                RequestOp::Put(put) => put.key.len() + put.value.len(),
+                RequestOp::Txn(nested) => nested.put_bytes(),
+                RequestOp::Range(_) | RequestOp::DeleteRange(_) => 0,
+            })
+            .sum()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TxnResponse {
     pub revision: i64,

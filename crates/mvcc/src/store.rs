@@ -37,7 +37,7 @@ use crate::records::{self, Overlay};
 use crate::request::{
     Alarm, AlarmRequest, AlarmResponse, Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest,
     DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, RequestOp, TxnRequest, WriteRequest, WriteResponse,
+    PutResponse, RangeRequest, RangeResponse, WriteRequest, WriteResponse,
 };
 use crate::revision::Revision;
 use crate::txn;
@@ -1044,19 +1044,13 @@ fn grant_lease(state: &mut State, batch: &mut Batch, request: &LeaseGrantRequest
 /// etcd's NOSPACE alarm kind (`AlarmType_NOSPACE`).
 pub const ALARM_NOSPACE: i32 = 1;
 
-/// Whether `request` adds data, as etcd's quota counts it: a put, a lease
-/// grant, or a txn with a put in either branch (nested txns included).
+/// Whether `request` adds data, as the server's quota counts it when the
+/// request arrives: a put, a lease grant, or a txn with a put in either
+/// branch (nested txns included).
 fn adds_data(request: &WriteRequest) -> bool {
-    fn txn_puts(txn: &TxnRequest) -> bool {
-        txn.success.iter().chain(&txn.failure).any(|op| match op {
-            RequestOp::Put(_) => true,
-            RequestOp::Txn(nested) => txn_puts(nested),
-            RequestOp::Range(_) | RequestOp::DeleteRange(_) => false,
-        })
-    }
     match request {
         WriteRequest::Put(_) | WriteRequest::LeaseGrant(_) => true,
-        WriteRequest::Txn(txn) => txn_puts(txn),
+        WriteRequest::Txn(txn) => txn.put_bytes() > 0,
         _ => false,
     }
 }
@@ -1376,6 +1370,7 @@ mod tests {
     // Method: one store, an alarm raised and cleared through apply.
     #[test]
     fn a_nospace_alarm_refuses_writes_that_add_data() {
+        use crate::request::{RequestOp, TxnRequest};
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("a")).unwrap();
         let put = |key: &[u8]| PutRequest {

@@ -34,19 +34,6 @@ fn stale_reads_on_purpose() -> bool {
     false
 }
 
-/// Bytes a txn's puts would add, over both branches.
-fn txn_put_bytes(txn: &mvcc::TxnRequest) -> usize {
-    txn.success
-        .iter()
-        .chain(&txn.failure)
-        .map(|op| match op {
-            mvcc::RequestOp::Put(put) => put.key.len() + put.value.len(),
-            mvcc::RequestOp::Txn(nested) => txn_put_bytes(nested),
-            _ => 0,
-        })
-        .sum()
-}
-
 #[tonic::async_trait]
 impl Kv for KvService {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
@@ -157,7 +144,7 @@ impl Kv for KvService {
         let request = request.into_inner();
         let checked = convert::txn_request(request.clone()).map_err(|e| store_status(&e))?;
         mvcc::validate::check_txn(&checked, self.member.config.max_txn_ops).map_err(|e| store_status(&e))?;
-        let put_bytes = txn_put_bytes(&checked);
+        let put_bytes = checked.put_bytes();
         if put_bytes > 0 {
             self.member.check_quota(put_bytes).await?;
         }
