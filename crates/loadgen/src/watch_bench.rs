@@ -9,12 +9,14 @@
 //!   concurrent putters. It prints "Watch events received summary", one
 //!   result per event received, the rate being events per second until
 //!   every watcher has every event, as etcd's tool does.
-//! - `watch-latency`: `--clients` watchers of one key (one stream each),
-//!   and `--total` puts to it at most `--put-rate` per second (the first
-//!   second's worth at once, as the tool's limiter allows), each to the
-//!   next endpoint in turn over connections of their own (as the tool's
-//!   put client rotates), each awaited by every watcher. It reports the time from the put's answer
-//!   to each watcher's event, as etcd's tool times it.
+//! - `watch-latency`: `--clients` watchers of one key over `--conns`
+//!   connections (one stream per connection, as the tool's clients share
+//!   theirs), and `--total` puts to it at most `--put-rate` per second
+//!   (the first second's worth at once, as the tool's limiter allows),
+//!   each awaited by every watcher. The puts go over one more connection,
+//!   to the endpoint after the watchers' last, where the tool's put
+//!   client dials. It reports the time from the put's answer to each
+//!   watcher's event, as etcd's tool times it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -229,6 +231,16 @@ async fn put_and_receive(
     Ok(report("Watch events received summary:", elapsed, &events))
 }
 
+/// How many of `watchers` watchers each watch stream holds, as etcd's
+/// tool places them: watcher c on connection c mod `conns`, and a
+/// connection's watchers on its one stream. Streams are in connection
+/// order; a connection without watchers opens none.
+fn watchers_per_stream(conns: usize, watchers: usize) -> Vec<usize> {
+    (0..conns.min(watchers))
+        .map(|s| (s..watchers).step_by(conns).count())
+        .collect()
+}
+
 /// `loadgen watch-latency`.
 pub async fn watch_latency(
     endpoints: &[String],
@@ -239,17 +251,19 @@ pub async fn watch_latency(
     let mut rng = Rng::from_clock();
     let key = rng.bytes(args.key_size);
     let value = rng.bytes(args.val_size);
-    let channels = connect_all(endpoints, conns.max(1)).await?;
-    let mut streams: Vec<Stream> = Vec::with_capacity(clients.max(1));
-    for c in 0..clients.max(1) {
-        let (stream, _) = open_timed(channels[c % channels.len()].clone(), vec![key.clone()]).await?;
-        streams.push(stream);
-    }
-    // One reader per watcher, each noting when its events arrive.
+    // etcd's tool dials `--conns` clients, each to one endpoint in turn,
+    // and gives watcher c the client c mod conns; a client's watchers
+    // share its one watch stream. Its put client is the next dial, so it
+    // goes to one endpoint: the one after the last watchers' connection.
+    let conns = conns.max(1);
+    let streams = watchers_per_stream(conns, clients.max(1));
+    let channels = connect_all(endpoints, conns + 1).await?;
     let mut arrivals = Vec::with_capacity(streams.len());
-    for mut stream in streams {
+    for (s, &on_stream) in streams.iter().enumerate() {
+        let (mut stream, _) = open_timed(channels[s].clone(), vec![key.clone(); on_stream]).await?;
+        // One reader per stream, noting when each event arrives.
         let (arrived, receiver) = mpsc::unbounded_channel();
-        arrivals.push(receiver);
+        arrivals.push((receiver, on_stream));
         tokio::spawn(async move {
             while let Ok(Some(response)) = stream.1.message().await {
                 let at = Instant::now();
@@ -261,17 +275,9 @@ pub async fn watch_latency(
             }
         });
     }
-    // The puts go over connections of their own, one per endpoint, each
-    // put to the next endpoint in turn: etcd's tool puts through a client
-    // of its own whose balancer rotates over the endpoints. Where a put
-    // lands decides which watchers hear of it before its answer.
-    let mut putters: Vec<KvClient<tonic::transport::Channel>> = connect_all(endpoints, endpoints.len())
-        .await?
-        .into_iter()
-        .map(KvClient::new)
-        .collect();
+    let mut putter = KvClient::new(channels[conns].clone());
     let started = Instant::now();
-    let mut latencies = Vec::with_capacity(args.total * arrivals.len());
+    let mut latencies = Vec::with_capacity(args.total * clients.max(1));
     for i in 0..args.total {
         // etcd's tool's limiter holds a second's worth of puts at the
         // start (its burst is the rate): the first `put_rate` go at once.
@@ -285,17 +291,18 @@ pub async fn watch_latency(
             value: value.clone(),
             ..Default::default()
         };
-        let kv = &mut putters[i % endpoints.len()];
-        kv.put(put).await.map_err(|e| format!("put: {}", e.message()))?;
+        putter.put(put).await.map_err(|e| format!("put: {}", e.message()))?;
         // Timed from the put's answer, as etcd's tool times it; an event
         // that came first counts as no wait.
         let answered = Instant::now();
-        for arrival in &mut arrivals {
-            let at = tokio::time::timeout(EVENTS_WITHIN, arrival.recv())
-                .await
-                .map_err(|_| "a watcher missed an event".to_string())?
-                .ok_or("a watch stream ended")?;
-            latencies.push(at.saturating_duration_since(answered));
+        for (arrival, on_stream) in &mut arrivals {
+            for _ in 0..*on_stream {
+                let at = tokio::time::timeout(EVENTS_WITHIN, arrival.recv())
+                    .await
+                    .map_err(|_| "a watcher missed an event".to_string())?
+                    .ok_or("a watch stream ended")?;
+                latencies.push(at.saturating_duration_since(answered));
+            }
         }
     }
     Ok(report("", started.elapsed(), &latencies).trim_start().to_string())
@@ -304,6 +311,15 @@ pub async fn watch_latency(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watchers_are_placed_as_etcds_tool_places_them() {
+        assert_eq!(watchers_per_stream(1, 1), vec![1]);
+        assert_eq!(watchers_per_stream(10, 10), vec![1; 10]);
+        assert_eq!(watchers_per_stream(10, 4), vec![1; 4]);
+        assert_eq!(watchers_per_stream(3, 10), vec![4, 3, 3]);
+        assert_eq!(watchers_per_stream(2, 100), vec![50, 50]);
+    }
 
     #[test]
     fn a_report_keeps_latencies_of_milliseconds() {
