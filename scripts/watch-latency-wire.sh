@@ -3,8 +3,9 @@
 # watch-latency benchmark on the same real etcd 3-member cluster, as
 # scripts/loadgen-accuracy.sh runs its watch-latency row (the tool's
 # defaults: one watcher on a follower, the puts to the leader, 100 puts/s;
-# members on CPU 0, the tool on the others), while tcpdump captures the
-# two timed connections on loopback. For each put, the wire's latency is
+# members on CPU 0, the tool on the others; idle CPUs are not held
+# polling here), while tcpdump captures the two timed connections on
+# loopback. For each put, the wire's latency is
 # the time from the first packet of the put's answer (leader to putter)
 # to the first packet of its event (follower to watcher), no wait when the
 # event came first: what both tools mean to time, before either client
