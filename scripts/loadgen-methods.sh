@@ -7,7 +7,8 @@
 #   sweep       2 value sizes x 2 client counts x 2 connection counts,
 #               with every member's /metrics scraped around each row:
 #               every row has a WAL fsync p99, the JSON has every field,
-#               and the chart is drawn;
+#               and the chart has a panel per connection count and
+#               measure, each with a line per value size;
 #   v2.2.0-rc   etcd's v2.2.0-rc matrix over v3 at 2% of its requests:
 #               20 rows, no errors;
 #   watch       etcd's tool's watch (10 streams of 20 watchers, 50 puts):
@@ -57,6 +58,17 @@ check() {  # server binary
     done
     if grep -Eq " [1-9][0-9]* errors;" "$out/sweep.txt"; then fail "$server: sweep rows had errors"; fi
     grep -q "<svg" "$out/sweep.svg" || fail "$server: no sweep chart"
+    # A column of panels per connection count, a line per value size in
+    # each: every panel's legend names both value sizes (the SVG puts
+    # each text on a line of its own).
+    for text in "requests/s, 2 conns" "requests/s, 5 conns" "p99 latency (ms), 2 conns" \
+        "p99 latency (ms), 5 conns"; do
+        grep -qxF "$text" "$out/sweep.svg" || fail "$server: the sweep chart has no panel \"$text\""
+    done
+    for size in 256 1024; do
+        [ "$(grep -cxF "$size B values" "$out/sweep.svg")" = 4 ] ||
+            fail "$server: the sweep chart has no $size B line in each of its four panels"
+    done
 
     "$LOADGEN_BIN" matrix --doc v2.2.0-rc --scale 0.02 --endpoints "$endpoints" --label "$server" \
         > "$out/v2.txt"

@@ -4,8 +4,8 @@
 //! backend commit and peer round trip over the row, from their
 //! `/metrics` scraped before and after it. JSON rows carry `qps`,
 //! `p99_ms`, `wal_fsync_p99_ms`, `backend_commit_p99_ms` and
-//! `peer_rtt_p99_ms`; the SVG draws QPS and p99 against clients, a line
-//! per value size and connection count.
+//! `peer_rtt_p99_ms`; the SVG draws QPS and p99 against clients, a
+//! column of panels per connection count with a line per value size.
 
 use std::path::Path;
 
@@ -149,21 +149,34 @@ pub fn markdown(rows: &[SweepRow]) -> String {
     out
 }
 
-/// QPS (top) and p99 (bottom) against clients, log scales, a line per
-/// value size and connection count.
+/// QPS (top row) and p99 (bottom row) against clients, log scales: a
+/// column of two panels per connection count, a line per value size in
+/// each (a value size keeps its colour), all on the same axes.
 pub fn chart(rows: &[SweepRow], path: &Path) -> Result<(), String> {
-    let root = SVGBackend::new(path, (900, 800)).into_drawing_area();
+    let mut conns: Vec<usize> = rows.iter().map(|r| r.conns).collect();
+    conns.sort_unstable();
+    conns.dedup();
+    let columns = conns.len().max(1);
+    let root = SVGBackend::new(path, (450 * columns as u32, 800)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let (top, bottom) = root.split_vertically(400);
-    panel(&top, "Throughput (requests/s)", rows, |r| r.qps)?;
-    panel(&bottom, "p99 latency (ms)", rows, |r| r.p99_ms)?;
+    let areas = root.split_evenly((2, columns));
+    let (qps, p99) = areas.split_at(columns);
+    for (i, &conn_count) in conns.iter().enumerate() {
+        let title = format!("requests/s, {conn_count} conns");
+        panel(&qps[i], &title, rows, conn_count, |r| r.qps)?;
+        let title = format!("p99 latency (ms), {conn_count} conns");
+        panel(&p99[i], &title, rows, conn_count, |r| r.p99_ms)?;
+    }
     root.present().map_err(|e| e.to_string())
 }
 
+/// One panel: `rows` with `conns` connections, a line per value size,
+/// on axes that fit every row (so that panels compare at a glance).
 fn panel(
     area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
     title: &str,
     rows: &[SweepRow],
+    conns: usize,
     value: impl Fn(&SweepRow) -> f64,
 ) -> Result<(), String> {
     let positive = |v: f64| v.max(1e-3);
@@ -188,10 +201,10 @@ fn panel(
         .x_desc("clients")
         .draw()
         .map_err(|e| e.to_string())?;
-    let mut lines: Vec<(usize, usize)> = rows.iter().map(|r| (r.val_size, r.conns)).collect();
-    lines.sort_unstable();
-    lines.dedup();
-    for (i, &(val_size, conns)) in lines.iter().enumerate() {
+    let mut val_sizes: Vec<usize> = rows.iter().map(|r| r.val_size).collect();
+    val_sizes.sort_unstable();
+    val_sizes.dedup();
+    for (i, &val_size) in val_sizes.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let points: Vec<(f64, f64)> = rows
             .iter()
@@ -201,7 +214,7 @@ fn panel(
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(|e| e.to_string())?
-            .label(format!("{val_size} B, {conns} conns"))
+            .label(format!("{val_size} B values"))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
     }
     chart
