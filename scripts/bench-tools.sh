@@ -31,3 +31,21 @@ our_binaries() {  # packages
     KV_SERVER_BIN=${KV_SERVER_BIN:-target/release/kv-server}
     LOADGEN_BIN=${LOADGEN_BIN:-target/release/loadgen}
 }
+
+# Prints the three endpoints ordered follower, leader, follower, from
+# each member's metrics: etcd's benchmark tool dials its connections over
+# the endpoints in turn, so with one watcher the watch-latency benchmark
+# then watches on a follower and puts to the leader. Fails unless exactly
+# one of the three leads.
+follower_leader_follower() {  # host:port,host:port,host:port
+    local member leader="" followers=()
+    for member in ${1//,/ }; do
+        if curl -fsS "http://$member/metrics" | awk '/^etcd_server_is_leader / { l = $2 } END { exit l != 1 }'; then
+            leader=$member
+        else
+            followers+=("$member")
+        fi
+    done
+    [ -n "$leader" ] && [ "${#followers[@]}" = 2 ] || { echo "no single leader among $1" >&2; return 1; }
+    echo "${followers[0]},$leader,${followers[1]}"
+}

@@ -56,7 +56,7 @@ cd "$(dirname "$0")/.."
 total=${1:-20000}
 rounds=${2:-3}
 server_cpu=${3:-1}
-# etcd_tools
+# etcd_tools, follower_leader_follower
 source scripts/bench-tools.sh
 etcd_tools ETCD_BIN ETCD_BENCHMARK_BIN
 cargo build --release -p loadgen >&2
@@ -190,22 +190,14 @@ total_row "watch, 10 streams x 100 watchers (events/s)" "$((watch_puts * 1000))"
 if [ -n "$cgroup" ]; then
     if [ -f "$cgroup/cpu.max" ]; then echo "max $quota_period_us" > "$cgroup/cpu.max"; else echo -1 > "$cgroup/cpu.cfs_quota_us"; fi
 fi
-# Follower, leader, follower (see the header), from each member's metrics.
-leader="" followers=()
-for member in ${endpoints//,/ }; do
-    if curl -fsS "http://$member/metrics" | awk '/^etcd_server_is_leader / { l = $2 } END { exit l != 1 }'; then
-        leader=$member
-    else
-        followers+=("$member")
-    fi
-done
-[ -n "$leader" ] && [ "${#followers[@]}" = 2 ] || { echo "loadgen-accuracy: no single leader among $endpoints" >&2; exit 1; }
+# Follower, leader, follower (see the header).
+latency_endpoints=$(follower_leader_follower "$endpoints")
 if [ -w /dev/cpu_dma_latency ]; then
     exec {no_halt}> /dev/cpu_dma_latency
     printf '\0\0\0\0' >&"$no_halt"
 else
     echo "loadgen-accuracy: cannot hold /dev/cpu_dma_latency (not root?): idle CPUs may halt in the latency row" >&2
 fi
-METRIC=p50 rounds=$((rounds > 15 ? rounds : 15)) endpoints="${followers[0]},$leader,${followers[1]}" \
+METRIC=p50 rounds=$((rounds > 15 ? rounds : 15)) endpoints=$latency_endpoints \
     total_row "watch-latency, watcher on a follower, puts to the leader (median ms, no quota, idle CPUs poll)" "$watch_puts" \
     "--conns=1 --clients=1 --precise" watch-latency --total="$watch_puts" --put-rate=100

@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 puts=${1:-1000}
 rounds=${2:-3}
-# etcd_tools
+# etcd_tools, follower_leader_follower
 source scripts/bench-tools.sh
 etcd_tools ETCD_BIN ETCD_BENCHMARK_BIN
 command -v tcpdump > /dev/null || { echo "watch-latency-wire: needs tcpdump (apt-get install tcpdump)" >&2; exit 1; }
@@ -29,17 +29,10 @@ last_cpu=$(($(nproc) - 1))
 [ "$last_cpu" -ge 1 ] || { echo "watch-latency-wire: needs at least 2 CPUs" >&2; exit 1; }
 taskset -c 0 scripts/local-cluster.sh start "$ETCD_BIN" "$work/etcd" > /dev/null
 "$ETCD_BENCHMARK_BIN" --endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379 put --total=1 > /dev/null 2>&1
-leader="" followers=()
-for port in 2379 22379 32379; do
-    if curl -fsS "http://127.0.0.1:$port/metrics" | awk '/^etcd_server_is_leader / { l = $2 } END { exit l != 1 }'; then
-        leader=$port
-    else
-        followers+=("$port")
-    fi
-done
-[ -n "$leader" ] && [ "${#followers[@]}" = 2 ] || { echo "watch-latency-wire: no single leader" >&2; exit 1; }
 # The watcher dials the first endpoint, the putter the second.
-endpoints=127.0.0.1:${followers[0]},127.0.0.1:$leader,127.0.0.1:${followers[1]}
+endpoints=$(follower_leader_follower 127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379)
+IFS=, read -r watcher leader _ <<< "$endpoints"
+watcher=${watcher##*:} leader=${leader##*:}
 flags=(--endpoints="$endpoints" --conns=1 --clients=1 --precise watch-latency --total="$puts" --put-rate=100)
 
 # Per put: the answer is the leader's first packet to the putter of at
@@ -90,7 +83,7 @@ own() {  # report
          /^ *99% in/ { p99 = $3 * 1e6 } END { printf "%.1f %.1f %.1f %.1f\n", a, p50, p90, p99 }' "$1"
 }
 
-echo "Same etcd v3.5.17 cluster, watcher on :${followers[0]}, puts to the leader :$leader, $puts puts at 100/s per run, $(date -u +%F), $(nproc) cores."
+echo "Same etcd v3.5.17 cluster, watcher on :$watcher, puts to the leader :$leader, $puts puts at 100/s per run, $(date -u +%F), $(nproc) cores."
 echo "Latencies in µs: the tool's own report, then the wire's, for the same run."
 echo
 echo "| run | tool | own avg | own p50 | own p90 | own p99 | wire avg | wire p50 | wire p90 | wire p99 | packets per put |"
@@ -105,7 +98,7 @@ for round in $(seq 1 "$rounds"); do
     for tool in $order; do
         bin=target/release/loadgen
         [ "$tool" = etcd ] && bin=$ETCD_BENCHMARK_BIN
-        taskset -c "1-$last_cpu" tcpdump -i lo -s 96 -w "$work/$tool.pcap" "tcp port $leader or tcp port ${followers[0]}" 2> /dev/null &
+        taskset -c "1-$last_cpu" tcpdump -i lo -s 96 -w "$work/$tool.pcap" "tcp port $leader or tcp port $watcher" 2> /dev/null &
         capture=$!
         sleep 1
         taskset -c "1-$last_cpu" "$bin" "${flags[@]}" > "$work/$tool.txt" 2> /dev/null
@@ -113,7 +106,7 @@ for round in $(seq 1 "$rounds"); do
         kill "$capture"
         wait "$capture" || true
         read -r oa o50 o90 o99 < <(own "$work/$tool.txt")
-        read -r wa w50 w90 w99 per_put < <(wire "$work/$tool.pcap" "$leader" "${followers[0]}")
+        read -r wa w50 w90 w99 per_put < <(wire "$work/$tool.pcap" "$leader" "$watcher")
         echo "| $round | $tool | $oa | $o50 | $o90 | $o99 | $wa | $w50 | $w90 | $w99 | $per_put |"
     done
 done
