@@ -153,9 +153,7 @@ pub fn markdown(rows: &[SweepRow]) -> String {
 /// column of two panels per connection count, a line per value size in
 /// each (a value size keeps its colour), all on the same axes.
 pub fn chart(rows: &[SweepRow], path: &Path) -> Result<(), String> {
-    let mut conns: Vec<usize> = rows.iter().map(|r| r.conns).collect();
-    conns.sort_unstable();
-    conns.dedup();
+    let conns = distinct(rows, |r| r.conns);
     let columns = conns.len().max(1);
     let root = SVGBackend::new(path, (450 * columns as u32, 800)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -168,6 +166,14 @@ pub fn chart(rows: &[SweepRow], path: &Path) -> Result<(), String> {
         panel(&p99[i], &title, rows, conn_count, |r| r.p99_ms)?;
     }
     root.present().map_err(|e| e.to_string())
+}
+
+/// The values `field` takes over `rows`, each once, in ascending order.
+fn distinct(rows: &[SweepRow], field: impl Fn(&SweepRow) -> usize) -> Vec<usize> {
+    let mut values: Vec<usize> = rows.iter().map(field).collect();
+    values.sort_unstable();
+    values.dedup();
+    values
 }
 
 /// One panel: `rows` with `conns` connections, a line per value size,
@@ -201,10 +207,7 @@ fn panel(
         .x_desc("clients")
         .draw()
         .map_err(|e| e.to_string())?;
-    let mut val_sizes: Vec<usize> = rows.iter().map(|r| r.val_size).collect();
-    val_sizes.sort_unstable();
-    val_sizes.dedup();
-    for (i, &val_size) in val_sizes.iter().enumerate() {
+    for (i, &val_size) in distinct(rows, |r| r.val_size).iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let points: Vec<(f64, f64)> = rows
             .iter()
