@@ -8,7 +8,7 @@
 #   scripts/ab-put.sh A_BIN B_BIN [TOTAL] [ROUNDS]   (default 100000, 5)
 # For what metrics cost: B built with `cargo build --release -p kv-server
 # --no-default-features` (into another target dir). Needs etcd's
-# benchmark tool (../shared/peers/build.sh, or ETCD_BENCHMARK_BIN).
+# benchmark tool (tools/etcd-peers/build.sh, or ETCD_BENCHMARK_BIN).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a=${1:?usage: ab-put.sh A_BIN B_BIN [TOTAL] [ROUNDS]}

@@ -22,7 +22,7 @@
 # KV_SERVER_BIN picks the kv-server binary (default: a release build made
 # here). OTHER_KV_SERVER_BIN adds a second kv-server (named kv-before) to
 # the same run, for before/after comparisons of a change.
-# Needs etcd's tools (../shared/peers/build.sh, or ETCD_BIN and
+# Needs etcd's tools (tools/etcd-peers/build.sh, or ETCD_BIN and
 # ETCD_BENCHMARK_BIN).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,7 +11,8 @@
 #              compare.md                 the table printed at the end
 #              compare.svg                throughput and p99 per row
 # etcd comes from $ETCD_BIN, else from etcd's cache that
-# ../shared/peers/build.sh fills, else Debian's etcd-server (apt-get).
+# tools/etcd-peers/build.sh fills (built now if Go is here), else Debian's
+# etcd-server (apt-get).
 # Records each server's largest member RSS after every row. Builds
 # kv-server and loadgen in release, unless KV_SERVER_BIN and LOADGEN_BIN
 # name builds to use (the test command passes its own).
@@ -40,6 +41,8 @@ mkdir -p "$out"
 if [ -z "${ETCD_BIN:-}" ]; then
     if [ -x "$HOME/.cache/etcd-peers/etcd" ]; then
         ETCD_BIN=$HOME/.cache/etcd-peers/etcd
+    elif command -v go > /dev/null && peers=$(scripts/etcd-peers.sh); then
+        ETCD_BIN=$peers/etcd
     else
         if ! command -v etcd > /dev/null; then
             sudo=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)

@@ -49,7 +49,7 @@
 # median read 4-16% above the tool's in nine runs of nine.
 # The row's median of about 70 µs moves by up to 20% from one run of ten
 # seconds to the next, so it takes the median of at least 15 rounds.
-# Needs etcd's tools (../shared/peers/build.sh, or ETCD_BIN and
+# Needs etcd's tools (tools/etcd-peers/build.sh, or ETCD_BIN and
 # ETCD_BENCHMARK_BIN), and at least 2 CPUs.
 set -euo pipefail
 cd "$(dirname "$0")/.."

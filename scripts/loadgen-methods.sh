@@ -18,7 +18,7 @@
 # Fails on the first check that does not hold.
 #   scripts/loadgen-methods.sh
 # KV_SERVER_BIN and LOADGEN_BIN pick builds (default: release builds made
-# here); etcd comes from ETCD_BIN or ../shared/peers/build.sh.
+# here); etcd comes from ETCD_BIN or tools/etcd-peers/build.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # etcd_tools, our_binaries

@@ -16,7 +16,7 @@
 # /proc, summed over members).
 #   scripts/security-bench.sh [TOTAL] [ROUNDS]   (default 100000, 3)
 # KV_SERVER_BIN picks the kv-server binary (default: a release build made
-# here). Needs etcd's tools (../shared/peers/build.sh, or ETCD_BIN,
+# here). Needs etcd's tools (tools/etcd-peers/build.sh, or ETCD_BIN,
 # ETCDCTL_BIN and ETCD_BENCHMARK_BIN).
 set -euo pipefail
 cd "$(dirname "$0")/.."

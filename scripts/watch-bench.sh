@@ -18,7 +18,7 @@
 # Prints one line per row, then kv-server's ratio to each etcd.
 #   scripts/watch-bench.sh [TOTAL]     (default 100000)
 # KV_SERVER_BIN and LOADGEN_BIN pick the binaries (default: release builds
-# made here); WATCH_BENCH_KEEP=1 keeps the members' logs. Needs etcd's tools (../shared/peers/build.sh, or ETCD_BIN
+# made here); WATCH_BENCH_KEEP=1 keeps the members' logs. Needs etcd's tools (tools/etcd-peers/build.sh, or ETCD_BIN
 # and ETCD_BENCHMARK_BIN).
 set -euo pipefail
 cd "$(dirname "$0")/.."

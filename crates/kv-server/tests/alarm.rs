@@ -21,7 +21,7 @@
 //! Status's errors, as etcd's does.
 //!
 //! Needs etcd and etcdctl: `ETCD_BIN` and `ETCDCTL_BIN`, or the cache that
-//! `../shared/peers/build.sh` fills (CI runs it).
+//! `tools/etcd-peers/build.sh` fills (CI runs it).
 
 mod common;
 

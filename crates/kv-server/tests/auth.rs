@@ -16,7 +16,7 @@
 //! through it must work, and its log must show a snapshot installed.
 //!
 //! Needs etcd, etcdctl and the benchmark tool: `ETCD_BIN`, `ETCDCTL_BIN`,
-//! `ETCD_BENCHMARK_BIN`, or the cache that `../shared/peers/build.sh`
+//! `ETCD_BENCHMARK_BIN`, or the cache that `tools/etcd-peers/build.sh`
 //! fills.
 
 mod common;

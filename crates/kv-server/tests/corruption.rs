@@ -21,7 +21,7 @@
 //!   itself.
 //!
 //! Needs etcdctl: `ETCDCTL_BIN`, or the cache that
-//! `../shared/peers/build.sh` fills.
+//! `tools/etcd-peers/build.sh` fills.
 
 mod common;
 

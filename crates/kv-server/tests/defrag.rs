@@ -13,7 +13,7 @@
 //! member serves every key it acknowledged, and defragments again.
 //!
 //! Needs etcd and etcdctl: `ETCD_BIN` and `ETCDCTL_BIN`, or the cache that
-//! `../shared/peers/build.sh` fills.
+//! `tools/etcd-peers/build.sh` fills.
 
 mod common;
 

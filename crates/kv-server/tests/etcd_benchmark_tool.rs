@@ -6,7 +6,7 @@
 //!
 //! Method: a 3-member cluster of real processes; the real `benchmark`
 //! binary from etcd v3.5.17 (`ETCD_BENCHMARK_BIN`, or the cache that
-//! `../shared/peers/build.sh` fills). Totals are kept small for CI (the
+//! `tools/etcd-peers/build.sh` fills). Totals are kept small for CI (the
 //! docs/benchmarks.md has the full-size runs). The tool must exit successfully,
 //! print no "Error distribution" section (it prints one whenever any
 //! request failed), and report a request rate.

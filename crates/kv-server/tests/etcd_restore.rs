@@ -19,7 +19,7 @@
 //! it serves everything, as above.
 //!
 //! Needs etcd and etcdctl: `ETCD_BIN` and `ETCDCTL_BIN`, or the cache
-//! that `../shared/peers/build.sh` fills.
+//! that `tools/etcd-peers/build.sh` fills.
 
 mod common;
 

@@ -12,7 +12,7 @@
 //! health-check timings. Everything else, revisions included, must match.
 //!
 //! Needs etcd and etcdctl: `ETCD_BIN` and `ETCDCTL_BIN`, or the cache that
-//! `../shared/peers/build.sh` fills (CI runs it).
+//! `tools/etcd-peers/build.sh` fills (CI runs it).
 
 mod common;
 

@@ -11,7 +11,7 @@
 //! mirror is stopped.
 //!
 //! Needs etcd and etcdctl: `ETCD_BIN` and `ETCDCTL_BIN`, or the cache that
-//! `../shared/peers/build.sh` fills (CI runs it).
+//! `tools/etcd-peers/build.sh` fills (CI runs it).
 
 mod common;
 

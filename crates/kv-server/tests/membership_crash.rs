@@ -27,7 +27,7 @@
 //! own view) within [`AGREE_WITHIN`].
 //!
 //! Needs etcdctl: `ETCDCTL_BIN`, or the cache that
-//! `../shared/peers/build.sh` fills.
+//! `tools/etcd-peers/build.sh` fills.
 
 mod common;
 

@@ -13,7 +13,7 @@
 //! compared, family by family, once both show a peer round trip.
 //!
 //! Needs etcd and the benchmark tool: `ETCD_BIN`, `ETCD_BENCHMARK_BIN`,
-//! or the cache that `../shared/peers/build.sh` fills.
+//! or the cache that `tools/etcd-peers/build.sh` fills.
 
 mod common;
 

@@ -28,7 +28,7 @@
 //! writes give the same revision).
 //!
 //! Needs etcd, etcdctl and etcdutl: `ETCD_BIN`, `ETCDCTL_BIN` and
-//! `ETCDUTL_BIN`, or the cache that `../shared/peers/build.sh` fills.
+//! `ETCDUTL_BIN`, or the cache that `tools/etcd-peers/build.sh` fills.
 
 mod common;
 

@@ -16,7 +16,7 @@
 //! restore into the same directory is refused.
 //!
 //! Needs etcd and etcdctl: `ETCD_BIN` and `ETCDCTL_BIN`, or the cache that
-//! `../shared/peers/build.sh` fills (CI runs it).
+//! `tools/etcd-peers/build.sh` fills (CI runs it).
 
 mod common;
 

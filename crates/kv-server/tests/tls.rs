@@ -12,7 +12,7 @@
 //! etcdctl 3.5.17 and etcd's benchmark tool.
 //!
 //! Needs etcd, etcdctl and the benchmark tool: `ETCD_BIN`, `ETCDCTL_BIN`,
-//! `ETCD_BENCHMARK_BIN`, or the cache that `../shared/peers/build.sh`
+//! `ETCD_BENCHMARK_BIN`, or the cache that `tools/etcd-peers/build.sh`
 //! fills.
 
 mod common;

@@ -3,7 +3,7 @@
 //! by message and finishes.
 //!
 //! Method: real etcd v3.5.17 single-member servers on loopback (from
-//! `$ETCD_BIN`, or the cache `../shared/peers/build.sh` fills, as the
+//! `$ETCD_BIN`, or the cache `tools/etcd-peers/build.sh` fills, as the
 //! server's tests find them). etcd's benchmark tool puts into one server
 //! and loadgen, with the same flags, into another; both servers must then
 //! hold the same set of keys. The flags make sequential key numbers wrap
@@ -24,7 +24,7 @@ fn tool(variable: &str, name: &str) -> PathBuf {
         .join(name);
     assert!(
         cached.exists(),
-        "{name} not found: set {variable} or run ../shared/peers/build.sh"
+        "{name} not found: set {variable} or run tools/etcd-peers/build.sh"
     );
     cached
 }

@@ -212,7 +212,7 @@ pub fn kv_server() -> PathBuf {
 }
 
 /// A tool from etcd's release, from its environment variable or the cache
-/// `../shared/peers/build.sh` fills. Fails the test when missing: CI
+/// `tools/etcd-peers/build.sh` fills. Fails the test when missing: CI
 /// builds them first (see `.ci/run`).
 pub fn etcd_tool(variable: &str, name: &str) -> PathBuf {
     if let Some(path) = std::env::var_os(variable) {
@@ -223,7 +223,7 @@ pub fn etcd_tool(variable: &str, name: &str) -> PathBuf {
         .join(name);
     assert!(
         cached.exists(),
-        "{name} not found: set {variable} or run ../shared/peers/build.sh (CI does this in .ci/run)"
+        "{name} not found: set {variable} or run tools/etcd-peers/build.sh (CI does this in .ci/run)"
     );
     cached
 }
