@@ -1,8 +1,10 @@
 //! Command-line flags, named and defaulted as etcd names them, so a script
 //! written for etcd starts a kv-server cluster by changing the binary name.
 //!
-//! Flags take `--flag value` or `--flag=value`, and each can also come from
-//! the environment as etcd's `ETCD_*` variable.
+//! This is the typed, canonical form of the flags. `crate::flags` reads a
+//! command line, the `ETCD_*` variables or a config file as etcd does, and
+//! hands this definition `--flag=value` arguments; see there for the
+//! syntax and for etcd's flags that have no effect here.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,83 +22,80 @@ pub const QUOTA_BACKEND_BYTES_DEFAULT: u64 = 2 << 30;
 /// etcd's error rather than a transport error.
 pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
+/// etcd's default watch progress interval, which it also serves for 0.
+pub const WATCH_PROGRESS_NOTIFY_INTERVAL_DEFAULT: &str = "10m";
+
 #[derive(Debug, Clone, Parser)]
 #[command(name = "kv-server", version, about = "An etcd v3 API server on raft-rs")]
 pub struct Config {
     /// Human-readable name for this member.
-    #[arg(long, env = "ETCD_NAME", default_value = "default")]
+    #[arg(long, default_value = "default")]
     pub name: String,
     /// Path to the data directory (default: `<name>.etcd`).
-    #[arg(long, env = "ETCD_DATA_DIR")]
+    #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// debug, info, warn or error.
-    #[arg(long, env = "ETCD_LOG_LEVEL", default_value = "info")]
+    #[arg(long, default_value = "info")]
     pub log_level: String,
     /// Comma-separated URLs to listen on for client traffic.
-    #[arg(long, env = "ETCD_LISTEN_CLIENT_URLS", default_value = "http://localhost:2379")]
+    #[arg(long, default_value = "http://localhost:2379")]
     pub listen_client_urls: String,
     /// Comma-separated client URLs to advertise to the cluster.
-    #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", default_value = "http://localhost:2379")]
+    #[arg(long, default_value = "http://localhost:2379")]
     pub advertise_client_urls: String,
     /// Comma-separated URLs to listen on for peer traffic.
-    #[arg(long, env = "ETCD_LISTEN_PEER_URLS", default_value = "http://localhost:2380")]
+    #[arg(long, default_value = "http://localhost:2380")]
     pub listen_peer_urls: String,
     /// Comma-separated peer URLs of this member, as the others reach it.
-    #[arg(
-        long,
-        env = "ETCD_INITIAL_ADVERTISE_PEER_URLS",
-        default_value = "http://localhost:2380"
-    )]
+    #[arg(long, default_value = "http://localhost:2380")]
     pub initial_advertise_peer_urls: String,
     /// `name=peer-url,...` for every member of the initial cluster.
-    #[arg(long, env = "ETCD_INITIAL_CLUSTER", default_value = "default=http://localhost:2380")]
+    #[arg(long, default_value = "default=http://localhost:2380")]
     pub initial_cluster: String,
     /// `new` or `existing`.
-    #[arg(long, env = "ETCD_INITIAL_CLUSTER_STATE", default_value = "new")]
+    #[arg(long, default_value = "new")]
     pub initial_cluster_state: String,
     /// Token that makes the cluster's ids unique.
-    #[arg(long, env = "ETCD_INITIAL_CLUSTER_TOKEN", default_value = "etcd-cluster")]
+    #[arg(long, default_value = "etcd-cluster")]
     pub initial_cluster_token: String,
     /// Applied entries between snapshots.
-    #[arg(long, env = "ETCD_SNAPSHOT_COUNT", default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000)]
     pub snapshot_count: u64,
     /// Applied entries kept in memory for followers slightly behind; one
     /// further behind gets a snapshot (etcd 3.6's flag and default).
     #[arg(
         long = "experimental-snapshot-catchup-entries",
-        env = "ETCD_EXPERIMENTAL_SNAPSHOT_CATCHUP_ENTRIES",
         default_value_t = crate::raft::node::SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT
     )]
     pub snapshot_catch_up_entries: u64,
     /// Largest client request accepted, in bytes.
-    #[arg(long, env = "ETCD_MAX_REQUEST_BYTES", default_value_t = MAX_REQUEST_BYTES_DEFAULT)]
+    #[arg(long, default_value_t = MAX_REQUEST_BYTES_DEFAULT)]
     pub max_request_bytes: usize,
     /// Raise an alarm and refuse writes that would grow the store past
     /// this many bytes.
-    #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = QUOTA_BACKEND_BYTES_DEFAULT)]
+    #[arg(long, default_value_t = QUOTA_BACKEND_BYTES_DEFAULT)]
     pub quota_backend_bytes: u64,
     /// Most operations in one txn list.
-    #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = mvcc::validate::MAX_TXN_OPS_DEFAULT)]
+    #[arg(long, default_value_t = mvcc::validate::MAX_TXN_OPS_DEFAULT)]
     pub max_txn_ops: usize,
     /// Heartbeat interval in milliseconds (one raft tick).
-    #[arg(long = "heartbeat-interval", env = "ETCD_HEARTBEAT_INTERVAL", default_value_t = 100)]
+    #[arg(long = "heartbeat-interval", default_value_t = 100)]
     pub heartbeat_interval_ms: u64,
     /// Election timeout in milliseconds.
-    #[arg(long = "election-timeout", env = "ETCD_ELECTION_TIMEOUT", default_value_t = 1000)]
+    #[arg(long = "election-timeout", default_value_t = 1000)]
     pub election_timeout_ms: u64,
     /// How often a watcher created with `progress_notify` hears the
     /// revision it has reached while nothing happens (etcd's default 10m).
     #[arg(
         long,
-        env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL",
-        default_value = "10m",
+        default_value = WATCH_PROGRESS_NOTIFY_INTERVAL_DEFAULT,
         value_parser = parse_duration
     )]
     pub experimental_watch_progress_notify_interval: Duration,
 
     /// Compare this member's HashKV with its peers' once it has started;
     /// a mismatch raises the CORRUPT alarm for it.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK")]
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub experimental_initial_corrupt_check: bool,
 
     /// How often the leader compares its HashKV with every member's; the
@@ -105,28 +104,26 @@ pub struct Config {
     /// off.
     #[arg(
         long,
-        env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME",
         default_value = "0s",
         value_parser = parse_duration_or_zero
     )]
     pub experimental_corrupt_check_time: Duration,
 
     /// Extra URLs to serve `/metrics` and `/health` on (http:// only).
-    #[arg(long, env = "ETCD_LISTEN_METRICS_URLS", default_value = "")]
+    #[arg(long, default_value = "")]
     pub listen_metrics_urls: String,
 
     /// The auth token type: only etcd's default, `simple`, is supported.
-    #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple", value_parser = ["simple"])]
+    #[arg(long, default_value = "simple", value_parser = ["simple"])]
     pub auth_token: String,
 
     /// Seconds a simple token lives after its last use.
-    #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = crate::auth::tokens::TOKEN_TTL_DEFAULT_SECONDS)]
+    #[arg(long, default_value_t = crate::auth::tokens::TOKEN_TTL_DEFAULT_SECONDS)]
     pub auth_token_ttl: u64,
 
     /// bcrypt's cost for hashing passwords (4 to 31).
     #[arg(
         long,
-        env = "ETCD_BCRYPT_COST",
         default_value_t = crate::auth::BCRYPT_COST_DEFAULT,
         value_parser = clap::value_parser!(u32).range(4..=31)
     )]
@@ -137,14 +134,15 @@ pub struct Config {
     pub tls: crate::tls::TlsFlags,
 }
 
-/// A duration as etcd's flags write them (`10m`, `1m30s`, `500ms`).
-/// A duration as etcd's flags write them, where 0 means off.
+/// A duration as etcd's flags write them (Go's syntax: `10m`, `1m30s`,
+/// `500ms`), where 0 means off.
 fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| e.to_string())
+    crate::flags::go_syntax::parse_duration(text).map_err(|_| "parse error".to_string())
 }
 
+/// A duration as etcd's flags write them, above zero.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    let duration = parse_duration_or_zero(text)?;
     if duration.is_zero() {
         return Err("must be above zero".into());
     }

@@ -21,8 +21,9 @@
 //! - [`storage`]: the data directory's layout, the WAL-backed log, the
 //!   snapshot marker, pending snapshots, published client URLs.
 //! - [`proto`]: the generated code and its conversions to store types.
-//! - [`config`], [`membership`]: etcd's flags, and the member and cluster
-//!   ids derived from them.
+//! - [`flags`]: etcd's flags, variables and config file, read as etcd
+//!   reads them, into [`config`]'s typed settings; [`membership`]: the
+//!   member and cluster ids derived from them.
 //! - [`auth`]: users, roles, permissions and tokens (etcd's auth).
 //! - [`tls`]: TLS on the client and peer URLs, and who a client
 //!   certificate names.
@@ -45,6 +46,7 @@ pub(crate) mod apply;
 pub(crate) mod auth;
 pub mod config;
 pub(crate) mod error;
+pub mod flags;
 pub(crate) mod member;
 pub(crate) mod membership;
 pub mod metrics;
@@ -55,6 +57,7 @@ pub mod server;
 pub(crate) mod storage;
 pub mod tls;
 
+pub use api::maintenance::ETCD_API_VERSION;
 pub use api::watch::outbox::WATCH_STREAM_STALLED_BYTES_MAX;
 pub use error::Error;
 pub use peer::PEER_MESSAGE_BYTES_MAX;

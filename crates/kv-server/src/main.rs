@@ -23,7 +23,24 @@ fn main() {
         }
         return;
     }
-    let config = kv_server::config::Config::parse();
+    let parsed = match kv_server::flags::from_process() {
+        Ok(parsed) => parsed,
+        Err(kv_server::flags::FlagError::Help) => {
+            use clap::CommandFactory;
+            println!("{}", kv_server::config::Config::command().render_long_help());
+            return;
+        }
+        Err(error) => {
+            eprintln!("kv-server: {error}");
+            std::process::exit(error.exit_code());
+        }
+    };
+    if parsed.print_version {
+        println!("kv-server Version: {}", env!("CARGO_PKG_VERSION"));
+        println!("etcd API Version: {}", kv_server::ETCD_API_VERSION);
+        return;
+    }
+    let config = parsed.config;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
     tracing_subscriber::fmt()
@@ -32,6 +49,9 @@ fn main() {
         // Colours only on a terminal: logs redirected to files stay plain.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    for note in &parsed.notes {
+        tracing::info!("{note}");
+    }
     if let Err(error) = kv_server::server::run(config) {
         tracing::error!("{error}");
         eprintln!("kv-server: {error}");

@@ -38,38 +38,38 @@ use rustls::{RootCertStore, ServerConfig, SupportedCipherSuite, SupportedProtoco
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct TlsFlags {
     /// Path to the client server TLS certificate file.
-    #[arg(long, env = "ETCD_CERT_FILE")]
+    #[arg(long)]
     pub cert_file: Option<PathBuf>,
     /// Path to the client server TLS key file.
-    #[arg(long, env = "ETCD_KEY_FILE")]
+    #[arg(long)]
     pub key_file: Option<PathBuf>,
     /// Path to the client server TLS trusted CA certificate file.
-    #[arg(long, env = "ETCD_TRUSTED_CA_FILE")]
+    #[arg(long)]
     pub trusted_ca_file: Option<PathBuf>,
     /// Enable client certificate authentication.
-    #[arg(long, env = "ETCD_CLIENT_CERT_AUTH")]
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub client_cert_auth: bool,
     /// Path to the peer server TLS certificate file.
-    #[arg(long, env = "ETCD_PEER_CERT_FILE")]
+    #[arg(long)]
     pub peer_cert_file: Option<PathBuf>,
     /// Path to the peer server TLS key file.
-    #[arg(long, env = "ETCD_PEER_KEY_FILE")]
+    #[arg(long)]
     pub peer_key_file: Option<PathBuf>,
     /// Path to the peer server TLS trusted CA file.
-    #[arg(long, env = "ETCD_PEER_TRUSTED_CA_FILE")]
+    #[arg(long)]
     pub peer_trusted_ca_file: Option<PathBuf>,
     /// Enable peer client certificate authentication.
-    #[arg(long, env = "ETCD_PEER_CLIENT_CERT_AUTH")]
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub peer_client_cert_auth: bool,
     /// Comma-separated list of supported TLS 1.2 cipher suites (Go's
     /// names); empty means rustls's defaults.
-    #[arg(long, env = "ETCD_CIPHER_SUITES", default_value = "")]
+    #[arg(long, default_value = "")]
     pub cipher_suites: String,
     /// Minimum TLS version: TLS1.2 or TLS1.3.
-    #[arg(long, env = "ETCD_TLS_MIN_VERSION", default_value = "TLS1.2")]
+    #[arg(long, default_value = "TLS1.2")]
     pub tls_min_version: String,
     /// Maximum TLS version: TLS1.2 or TLS1.3; empty means TLS1.3.
-    #[arg(long, env = "ETCD_TLS_MAX_VERSION", default_value = "")]
+    #[arg(long, default_value = "")]
     pub tls_max_version: String,
 }
 
