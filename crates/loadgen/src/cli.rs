@@ -257,13 +257,40 @@ pub struct SweepArgs {
     /// Puts per row.
     #[arg(long, default_value_t = 100_000)]
     pub total: u64,
-    /// The members' metrics URLs (`http://host:port`), scraped before
-    /// and after each row.
+    /// The members' metrics URLs, scraped before and after each row:
+    /// `http://host:port/metrics`, `https://host:port/metrics`, or
+    /// `http://host:port` or `host:port` (plain HTTP, path `/metrics`).
     #[arg(long, value_delimiter = ',')]
     pub metrics_urls: Vec<String>,
     /// Also draw QPS and p99 against clients to this SVG file.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// etcd's benchmark tool's TLS flags, for `https://` URLs. Only sweep's
+/// metrics scrape dials TLS so far: gRPC endpoints are plain text. (They
+/// are not global because `watchers` has its own `--key`.)
+#[derive(Debug, Clone, Default, Args)]
+pub struct TlsArgs {
+    /// Verify the certificates of HTTPS servers with this CA bundle (PEM).
+    #[arg(long)]
+    pub cacert: Option<PathBuf>,
+    /// Identify to HTTPS servers with this TLS certificate file (PEM;
+    /// needs --key).
+    #[arg(long)]
+    pub cert: Option<PathBuf>,
+    /// The private key of --cert (PEM).
+    #[arg(long)]
+    pub key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// Whether any TLS flag is given.
+    pub fn any(&self) -> bool {
+        self.cacert.is_some() || self.cert.is_some() || self.key.is_some()
+    }
 }
 
 #[derive(Debug, Args)]
@@ -377,6 +404,44 @@ mod tests {
         let cli = parse(&["loadgen", "txn-put", "--txn-ops", "4"]);
         match cli.command {
             Command::TxnPut(txn) => assert_eq!((txn.txn_ops, txn.total), (4, 10_000)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // Goal: sweep takes metrics URLs in any form (checked when scraped)
+    // and etcd's tool's TLS flags, beside watchers' own `--key`.
+    #[test]
+    fn sweep_takes_metrics_urls_and_tls_flags() {
+        let cli = parse(&[
+            "loadgen",
+            "sweep",
+            "--metrics-urls",
+            "https://127.0.0.1:2379/metrics,127.0.0.1:22379",
+            "--cacert=ca.pem",
+            "--cert",
+            "client.pem",
+            "--key",
+            "client-key.pem",
+        ]);
+        match cli.command {
+            Command::Sweep(sweep) => {
+                assert_eq!(
+                    sweep.metrics_urls,
+                    vec!["https://127.0.0.1:2379/metrics", "127.0.0.1:22379"]
+                );
+                assert_eq!(sweep.tls.cacert, Some(PathBuf::from("ca.pem")));
+                assert_eq!(sweep.tls.cert, Some(PathBuf::from("client.pem")));
+                assert_eq!(sweep.tls.key, Some(PathBuf::from("client-key.pem")));
+                assert!(sweep.tls.any());
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(&["loadgen", "watchers", "--key", "foo"]).command {
+            Command::Watchers(watchers) => assert_eq!(watchers.key, "foo"),
+            other => panic!("{other:?}"),
+        }
+        match parse(&["loadgen", "sweep"]).command {
+            Command::Sweep(sweep) => assert!(!sweep.tls.any() && sweep.metrics_urls.is_empty()),
             other => panic!("{other:?}"),
         }
     }

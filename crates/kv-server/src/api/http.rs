@@ -1,41 +1,15 @@
-//! Plain HTTP on the client port, as etcd serves it: `/health`,
-//! `/version` and `/metrics`.
-//!
-//! `/health` answers as etcd 3.5 does: unhealthy with reason
-//! `RAFT NO LEADER` when no leader is known, or `QGET ERROR:<cause>` when a
-//! linearizable read does not complete within a second; otherwise healthy.
+//! Plain HTTP on the client port, as etcd serves it: `/version`,
+//! `/metrics`, and the health endpoints of `api::health`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::api::maintenance::{ETCD_API_VERSION, ETCD_CLUSTER_VERSION};
 use crate::member::core::Member;
-
-/// How long `/health`'s linearizable read may take, as in etcd.
-pub const HEALTH_READ_TIMEOUT: Duration = Duration::from_secs(1);
-
-async fn health(member: Arc<Member>) -> (StatusCode, Json<Value>) {
-    let unhealthy = |reason: String| {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"health": "false", "reason": reason})),
-        )
-    };
-    if member.leader() == 0 {
-        return unhealthy("RAFT NO LEADER".into());
-    }
-    match tokio::time::timeout(HEALTH_READ_TIMEOUT, member.linearize()).await {
-        Ok(Ok(())) => (StatusCode::OK, Json(json!({"health": "true", "reason": ""}))),
-        Ok(Err(error)) => unhealthy(format!("QGET ERROR:{error}")),
-        Err(_) => unhealthy("QGET ERROR:context deadline exceeded".into()),
-    }
-}
 
 /// `/metrics`: every metric as Prometheus text, with the gauges that
 /// describe the member's state read now.
@@ -62,19 +36,19 @@ async fn metrics_text(member: Arc<Member>) -> impl axum::response::IntoResponse 
 }
 
 /// The routes a `--listen-metrics-urls` listener serves: `/metrics` and
-/// `/health`, as etcd's metrics listeners do.
+/// the health endpoints, as etcd's metrics listeners do.
 pub fn metrics_routes(member: Arc<Member>) -> Router {
     let for_health = member.clone();
     Router::new()
         .route("/metrics", get(move || metrics_text(member.clone())))
-        .route("/health", get(move || health(for_health.clone())))
+        .merge(crate::api::health::routes(for_health))
 }
 
 pub fn routes(member: Arc<Member>) -> Router {
     let for_metrics = member.clone();
     Router::new()
         .route("/metrics", get(move || metrics_text(for_metrics.clone())))
-        .route("/health", get(move || health(member.clone())))
+        .merge(crate::api::health::routes(member))
         .route(
             "/version",
             get(|| async { Json(json!({"etcdserver": ETCD_API_VERSION, "etcdcluster": ETCD_CLUSTER_VERSION})) }),

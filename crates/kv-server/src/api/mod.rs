@@ -4,7 +4,8 @@
 //!
 //! - [`kv`], [`lease`], [`cluster`], [`maintenance`], [`watch`],
 //!   [`auth`]: etcd's client services.
-//! - [`http`]: `/health` and `/version`.
+//! - [`http`]: `/version` and `/metrics`; [`health`]: `/health`,
+//!   `/livez` and `/readyz`.
 //! - [`learner`]: what a learner refuses, as etcd's interceptors do.
 //! - [`peer`]: the service other members call (raft streams, snapshots,
 //!   forwarded lease calls).
@@ -13,6 +14,7 @@
 pub mod auth;
 pub mod cluster;
 pub mod errors;
+pub mod health;
 pub mod http;
 pub mod kv;
 pub mod learner;

@@ -120,6 +120,8 @@ pub struct ServerMetrics {
     pub quota_backend_bytes: handles::FloatGauge,
     pub server_id: handles::GaugeVec,
     pub server_version: handles::GaugeVec,
+    pub health_success: handles::Counter,
+    pub health_failures: handles::Counter,
 }
 
 impl ServerMetrics {
@@ -181,6 +183,14 @@ impl ServerMetrics {
                 "Which version is running. 1 for 'server_version' label with current version.",
                 "server_version",
             ),
+            health_success: int_counter(
+                "etcd_server_health_success",
+                "The total number of successful health checks",
+            ),
+            health_failures: int_counter(
+                "etcd_server_health_failures",
+                "The total number of failed health checks",
+            ),
         }
     }
 
@@ -198,6 +208,8 @@ impl ServerMetrics {
             self.quota_backend_bytes.collector(),
             self.server_id.collector(),
             self.server_version.collector(),
+            self.health_success.collector(),
+            self.health_failures.collector(),
         ]
     }
 }

@@ -482,11 +482,17 @@ pub fn health_response(port: u16) -> String {
 /// GET `path` on 127.0.0.1:`port` over HTTP/1.0 (so no server chunks the
 /// body): the raw response, or an empty string when nothing answers.
 pub fn http_get(port: u16, path: &str) -> String {
+    http_request(port, "GET", path)
+}
+
+/// `method` `path` on 127.0.0.1:`port` over HTTP/1.0, as [`http_get`]. The
+/// answer may take up to etcd's request timeout (7 s) and some.
+pub fn http_request(port: u16, method: &str, path: &str) -> String {
     let Ok(mut stream) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500)) else {
         return String::new();
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let request = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
     if stream.write_all(request.as_bytes()).is_err() {
         return String::new();
     }
