@@ -338,6 +338,32 @@ impl Member {
         Ok(())
     }
 
+    /// etcd's leadership transfer on stop: a leader with other voters hands
+    /// leadership to the voter whose log matches its own furthest (the
+    /// most caught-up, so the new leader needs the least catching up) and
+    /// waits until it leads, at most [`REQUEST_TIMEOUT`] as etcd does.
+    /// Returns the new leader, or `None` when there was nothing to hand
+    /// over (a follower, or the only voter).
+    pub async fn step_down(&self) -> Result<Option<u64>, RequestError> {
+        let id = self.member_id();
+        if self.leader() != id {
+            return Ok(None);
+        }
+        let voters = self.membership.get().voter_ids();
+        let (reply, answer) = oneshot::channel();
+        self.node.try_send(NodeInput::Progress { reply }).map_err(queue_error)?;
+        let progress = answer.await.map_err(|_| RequestError::Stopped)?;
+        let target = progress
+            .into_iter()
+            .filter(|(peer, _)| *peer != id && voters.contains(peer))
+            .max_by_key(|(_, matched)| *matched)
+            .map(|(peer, _)| peer);
+        match target {
+            Some(target) => self.move_leader(target).await.map(|()| Some(target)),
+            None => Ok(None),
+        }
+    }
+
     /// Waits until the leader this member knows (0 for none) satisfies
     /// `done`, looked at every raft tick, at most [`REQUEST_TIMEOUT`];
     /// whether it did.

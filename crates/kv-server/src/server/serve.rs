@@ -2,6 +2,16 @@
 //! calls) and the client port (etcd's gRPC services, `/health` and
 //! `/version` on the same listener), then the background tasks, until
 //! SIGINT or SIGTERM, or until the member is removed from the cluster.
+//!
+//! A stop by signal is etcd's graceful stop, in etcd's order:
+//! 1. the client listeners stop taking connections and requests (HTTP/2
+//!    GOAWAY), and the requests already in flight are answered, for at
+//!    most [`CLIENT_DRAIN_MAX`]; clients go on with another member;
+//! 2. a leader hands leadership to its most caught-up voter
+//!    (`Member::step_down`), so the cluster does not wait out an election
+//!    timeout for a new leader;
+//! 3. the store writes its open batch (every WAL entry is already synced),
+//!    and the process exits with 0.
 
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
@@ -36,11 +46,15 @@ pub async fn serve(member: Arc<Member>, node: SyncSender<NodeInput>, dir: DataDi
     serve_peers(&member, node, dir).await?;
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_service_status("", ServingStatus::NotServing).await;
-    serve_clients(&member, health_service).await?;
+    let (stopping, stop_serving) = tokio::sync::watch::channel(false);
+    let clients = serve_clients(&member, health_service, stop_serving).await?;
     serve_metrics(&member).await?;
     tasks::spawn(member.clone(), health);
     tokio::select! {
-        _ = shutdown_signal() => tracing::info!("stopping"),
+        _ = shutdown_signal() => {
+            tracing::info!("received signal; shutting down");
+            graceful_stop(&member, stopping, clients).await;
+        }
         _ = member.stop.notified() => {
             // Lets the answer to the removal reach its client first.
             tokio::time::sleep(REMOVED_GRACE).await;
@@ -48,6 +62,38 @@ pub async fn serve(member: Arc<Member>, node: SyncSender<NodeInput>, dir: DataDi
         }
     }
     Ok(())
+}
+
+/// How long a stopping member waits for its clients' requests in flight
+/// (and open streams) before it closes their connections: etcd's request
+/// timeout, 7 s, the longest a unary request may take anyway.
+pub const CLIENT_DRAIN_MAX: std::time::Duration = crate::member::core::REQUEST_TIMEOUT;
+
+/// etcd's graceful stop, the steps in this module's doc.
+async fn graceful_stop(
+    member: &Arc<Member>,
+    stopping: tokio::sync::watch::Sender<bool>,
+    clients: Vec<tokio::task::JoinHandle<()>>,
+) {
+    let _ = stopping.send(true);
+    let all_drained = async {
+        for client in clients {
+            let _ = client.await;
+        }
+    };
+    let drained = tokio::time::timeout(CLIENT_DRAIN_MAX, all_drained).await;
+    if drained.is_err() {
+        tracing::warn!(after = ?CLIENT_DRAIN_MAX, "closing client connections still open");
+    }
+    match member.step_down().await {
+        Ok(Some(to)) => tracing::info!(to = format!("{to:x}"), "leadership transferred on stop"),
+        Ok(None) => tracing::info!("skipped leadership transfer: not the leader of several voters"),
+        Err(error) => tracing::warn!(%error, "leadership transfer failed"),
+    }
+    match member.store.flush() {
+        Ok(()) => tracing::info!("store flushed; stopped"),
+        Err(error) => tracing::warn!(%error, "the store could not be flushed on stop; the WAL replays it"),
+    }
 }
 
 /// How long a removed member keeps serving after it applied its removal,
@@ -102,10 +148,14 @@ async fn serve_peers(member: &Arc<Member>, node: SyncSender<NodeInput>, dir: Dat
     Ok(())
 }
 
+/// Serves the client URLs until `stop` turns true; returns the servers'
+/// tasks, which end once their connections have drained.
 async fn serve_clients(
     member: &Arc<Member>,
     health_service: tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
-) -> Result<(), Error> {
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, Error> {
+    let mut servers = Vec::new();
     let max_decoding = member.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let member_of = || member.clone();
     let router = tonic::service::Routes::new(
@@ -132,14 +182,18 @@ async fn serve_clients(
             url: url.clone(),
             source,
         })?;
-        tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, service).await {
+        let mut stop = stop.clone();
+        servers.push(tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop.wait_for(|stopping| *stopping).await;
+            };
+            if let Err(error) = axum::serve(listener, service).with_graceful_shutdown(stopped).await {
                 tracing::error!(%error, "client server stopped");
             }
-        });
+        }));
         tracing::info!(url, "serving clients");
     }
-    Ok(())
+    Ok(servers)
 }
 
 /// `--listen-metrics-urls`: `/metrics` and `/health` on plain HTTP.
