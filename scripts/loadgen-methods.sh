@@ -28,7 +28,8 @@ our_binaries kv-server loadgen
 work=$(mktemp -d)
 trap 'scripts/local-cluster.sh stop "$work/run" || true; rm -rf "$work"' EXIT
 endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
-metrics=http://127.0.0.1:2379,http://127.0.0.1:22379,http://127.0.0.1:32379
+# One URL in each form loadgen takes: a full URL, scheme and port, host:port.
+metrics=http://127.0.0.1:2379/metrics,http://127.0.0.1:22379,127.0.0.1:32379
 
 fail() {
     echo "loadgen-methods: $*" >&2

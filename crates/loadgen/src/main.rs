@@ -15,6 +15,8 @@
 //! - [`matrix_v2`]: etcd's v2.2.0-rc benchmark page, replayed over v3.
 //! - [`sweep`]: a grid of put runs with the members' disk and peer
 //!   latencies beside each; [`scrape`] reads their `/metrics`.
+//! - [`tls`]: the rustls client config from `--cacert`, `--cert` and
+//!   `--key` (for `https://` metrics URLs).
 //! - [`compare`]: two matrix runs side by side: table and SVG chart.
 //! - [`watch_bench`]: etcd's tool's `watch` and `watch-latency`.
 //! - [`watchers`]: watchers held open, idle or not read, for the watch
@@ -32,6 +34,7 @@ mod matrix_v2;
 mod report;
 mod scrape;
 mod sweep;
+mod tls;
 mod watch_bench;
 mod watchers;
 mod workload;
@@ -191,7 +194,7 @@ async fn sweep(global: &cli::Global, args: &cli::SweepArgs) -> Result<(), String
         conns: global.conns.clone(),
         total: args.total,
         target_leader: global.target_leader,
-        metrics_urls: args.metrics_urls.clone(),
+        scraper: scrape::Scraper::new(&args.metrics_urls, &args.tls)?,
     };
     let rows = sweep::run(&global.endpoints, &grid).await?;
     println!("\n{}", sweep::markdown(&rows));

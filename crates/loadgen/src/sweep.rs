@@ -13,7 +13,7 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{self, Target};
-use crate::scrape;
+use crate::scrape::{self, Scraper};
 use crate::workload::{PutSpec, Workload};
 
 /// The grid and where to run it.
@@ -23,7 +23,8 @@ pub struct Grid {
     pub conns: Vec<usize>,
     pub total: u64,
     pub target_leader: bool,
-    pub metrics_urls: Vec<String>,
+    /// The members' `/metrics`, scraped around each row.
+    pub scraper: Scraper,
 }
 
 /// One row's figures.
@@ -85,9 +86,9 @@ async fn run_row(
         sequential_keys: true,
         key_space_size: 100_000,
     });
-    let before = scrape::histograms(&grid.metrics_urls).await?;
+    let before = grid.scraper.histograms().await?;
     let report = engine::run(&target, &workload, 0).await?;
-    let after = scrape::histograms(&grid.metrics_urls).await?;
+    let after = grid.scraper.histograms().await?;
     Ok(SweepRow {
         val_size,
         clients,

@@ -82,9 +82,12 @@ mod tests {
         std::fs::write(&empty, "").expect("write");
         let error = client_config(&args(None, None, None)).expect_err("no CA");
         assert!(error.contains("--cacert"), "{error}");
-        let error = client_config(&args(Some(&missing), None, None)).expect_err("missing CA");
-        assert!(error.starts_with("--cacert") && error.contains("missing.pem"), "{error}");
-        let error = client_config(&args(Some(&empty), None, None)).expect_err("empty CA");
+        let error = client_config(&args(Some(missing.as_path()), None, None)).expect_err("missing CA");
+        assert!(
+            error.starts_with("--cacert") && error.contains("missing.pem"),
+            "{error}"
+        );
+        let error = client_config(&args(Some(empty.as_path()), None, None)).expect_err("empty CA");
         assert!(error.contains("no certificate"), "{error}");
     }
 }

@@ -1,6 +1,7 @@
 //! Goal: loadgen writes exactly the keys etcd's own benchmark tool writes
-//! for the same flags, and a run in which requests fail counts the errors
-//! by message and finishes.
+//! for the same flags, a run in which requests fail counts the errors by
+//! message and finishes, and sweep scrapes etcd's `/metrics` from a URL
+//! given in full.
 //!
 //! Method: real etcd v3.5.17 single-member servers on loopback (from
 //! `$ETCD_BIN`, or the cache `tools/etcd-peers/build.sh` fills, as the
@@ -189,5 +190,31 @@ fn errors_are_counted_and_the_run_finishes() {
             .keys()
             .all(|message| message.starts_with("rpc error: code = Unavailable")),
         "{report}"
+    );
+}
+
+// Goal: sweep scrapes a metrics URL given in full
+// (`http://host:port/metrics`) and puts the member's WAL fsync p99
+// beside its row.
+#[test]
+fn sweep_scrapes_a_full_metrics_url() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = etcd(dir.path(), 12679);
+    let json = dir.path().join("sweep.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["sweep", "--val-sizes=16", "--total=20", "--clients=2", "--conns=1"])
+        .args(["--endpoints", &format!("127.0.0.1:{}", server.port)])
+        .args(["--metrics-urls", &format!("http://127.0.0.1:{}/metrics", server.port)])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run loadgen");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let rows: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
+    let row = &rows[0];
+    assert_eq!(row["errors"].as_u64(), Some(0), "{rows}");
+    assert!(
+        row["wal_fsync_p99_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+        "no WAL fsync p99 from etcd's /metrics: {rows}"
     );
 }
