@@ -176,7 +176,7 @@ fn etcd_variables() {
 
 // Goal: a config file's keys take etcd's meanings, and other flags and
 // variables are ignored beside it, as etcd ignores them. (The test of
-// etcd's own sample file starts a member with it: tests/flags.rs.)
+// etcd's own sample file starts a member with it: tests/config_file.rs.)
 #[test]
 fn config_file() {
     let dir = tempfile::tempdir().unwrap();
