@@ -24,8 +24,7 @@ fn etcd_sample() -> String {
     let cache = Command::new("go").args(["env", "GOMODCACHE"]).output().expect("go env");
     let cache = String::from_utf8_lossy(&cache.stdout).trim().to_string();
     let path = PathBuf::from(cache).join("go.etcd.io/etcd/v3@v3.5.17/etcd.conf.yml.sample");
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run tools/etcd-peers/build.sh)", path.display()))
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (run tools/etcd-peers/build.sh)", path.display()))
 }
 
 #[test]
@@ -47,7 +46,10 @@ fn etcd_sample_config_file_starts_a_member() {
     let deadline = Instant::now() + STARTED_WITHIN;
     while !common::healthy(CLIENT_PORT) {
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        assert!(Instant::now() < deadline && member.try_wait().unwrap().is_none(), "never healthy:\n{log}");
+        assert!(
+            Instant::now() < deadline && member.try_wait().unwrap().is_none(),
+            "never healthy:\n{log}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let endpoint = format!("127.0.0.1:{CLIENT_PORT}");
@@ -60,7 +62,10 @@ fn etcd_sample_config_file_starts_a_member() {
     let log = std::fs::read_to_string(&log_path).expect("log");
     assert!(log.contains("other configuration command line flags and environment variables will be ignored"));
     for setting in ["enable-v2", "logger", "max-snapshots", "auto-compaction-mode"] {
-        assert!(log.contains(&format!("flag --{setting} has no effect here")), "{setting} not logged:\n{log}");
+        assert!(
+            log.contains(&format!("flag --{setting} has no effect here")),
+            "{setting} not logged:\n{log}"
+        );
     }
     // The sample's data-dir is empty: etcd's default, NAME.etcd.
     assert!(dir.path().join("default.etcd").is_dir());
