@@ -364,6 +364,22 @@ impl Member {
         }
     }
 
+    /// Ends the raft loop after its current turn (the last step of a
+    /// graceful stop), then waits until the apply stage has applied what
+    /// was committed, at most `within`. Whether both happened in time.
+    pub async fn stop_raft(&self, within: Duration) -> bool {
+        let (done, stopped) = oneshot::channel();
+        if self.node.try_send(NodeInput::Stop(done)).is_err() {
+            return false;
+        }
+        let deadline = tokio::time::Instant::now() + within;
+        if tokio::time::timeout_at(deadline, stopped).await.is_err() {
+            return false;
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.wait_applied(left).await.is_ok()
+    }
+
     /// Waits until the leader this member knows (0 for none) satisfies
     /// `done`, looked at every raft tick, at most [`REQUEST_TIMEOUT`];
     /// whether it did.

@@ -37,6 +37,8 @@ pub enum NodeInput {
     SnapshotStatus { to: u64, failed: bool },
     /// Hand leadership to this member (Maintenance.MoveLeader).
     TransferLeader(u64),
+    /// A graceful stop: end the loop after this turn's Ready, and say so.
+    Stop(oneshot::Sender<()>),
 }
 
 /// Where the loop sends raft messages. Sending never blocks the loop: an

@@ -113,6 +113,8 @@ pub struct Node {
     /// Proposals waiting for a usable leader, oldest first, each with when
     /// it arrived.
     held: VecDeque<(Instant, NodeInput)>,
+    /// Set by [`NodeInput::Stop`]: the loop ends after this turn's Ready.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Node {
@@ -148,10 +150,11 @@ impl Node {
             snapshot_index,
             next_to_apply: applied + 1,
             held: VecDeque::new(),
+            stop: None,
         })
     }
 
-    /// Runs until every input sender is gone.
+    /// Runs until every input sender is gone, or until told to stop.
     pub fn run(mut self, inputs: Receiver<NodeInput>) {
         let tick = self.config.tick_interval;
         let mut next_tick = Instant::now() + tick;
@@ -189,6 +192,19 @@ impl Node {
             }
             self.release_held(now);
             self.handle_ready();
+            if let Some(done) = self.stop.take() {
+                // Everything of this turn is durable; what still waits
+                // for a leader hears that the member stopped. Dropping
+                // the loop closes the WAL and ends the apply stage's
+                // input once it has applied what it was given.
+                for (_, input) in std::mem::take(&mut self.held) {
+                    self.refuse(input, RequestError::Stopped);
+                }
+                tracing::info!("raft loop stopped");
+                drop(self);
+                let _ = done.send(());
+                return;
+            }
         }
     }
 
@@ -274,6 +290,7 @@ impl Node {
             }
             NodeInput::Unreachable(peer) => self.raw.report_unreachable(peer),
             NodeInput::TransferLeader(to) => self.raw.transfer_leader(to),
+            NodeInput::Stop(done) => self.stop = Some(done),
             NodeInput::SnapshotStatus { to, failed } => {
                 let status = if failed {
                     SnapshotStatus::Failure

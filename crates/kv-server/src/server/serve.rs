@@ -10,8 +10,9 @@
 //! 2. a leader hands leadership to its most caught-up voter
 //!    (`Member::step_down`), so the cluster does not wait out an election
 //!    timeout for a new leader;
-//! 3. the store writes its open batch (every WAL entry is already synced),
-//!    and the process exits with 0.
+//! 3. the raft loop ends after its current turn (its WAL closed), the
+//!    apply stage applies what was committed, the store writes its open
+//!    batch, and the process exits with 0.
 
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
@@ -69,6 +70,13 @@ pub async fn serve(member: Arc<Member>, node: SyncSender<NodeInput>, dir: DataDi
 /// timeout, 7 s, the longest a unary request may take anyway.
 pub const CLIENT_DRAIN_MAX: std::time::Duration = crate::member::core::REQUEST_TIMEOUT;
 
+/// How long a stopping member waits for its raft loop to end its turn and
+/// for the apply stage to apply what was committed: a turn is one fsync
+/// and an apply batch well under a second on any disk that keeps a
+/// cluster healthy, so 5 s means something is stuck, and the process
+/// exits anyway (the WAL holds every acknowledged entry).
+pub const RAFT_STOP_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// etcd's graceful stop, the steps in this module's doc.
 async fn graceful_stop(
     member: &Arc<Member>,
@@ -89,6 +97,9 @@ async fn graceful_stop(
         Ok(Some(to)) => tracing::info!(to = format!("{to:x}"), "leadership transferred on stop"),
         Ok(None) => tracing::info!("skipped leadership transfer: not the leader of several voters"),
         Err(error) => tracing::warn!(%error, "leadership transfer failed"),
+    }
+    if !member.stop_raft(RAFT_STOP_MAX).await {
+        tracing::warn!(after = ?RAFT_STOP_MAX, "the raft loop or the apply stage did not stop in time");
     }
     match member.store.flush() {
         Ok(()) => tracing::info!("store flushed; stopped"),
