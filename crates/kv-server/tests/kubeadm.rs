@@ -122,22 +122,28 @@ fn start(binary: &Path, dir: &Path, certs: &common::certs::Certs, node: &Node, e
             .spawn()
             .expect("start member"),
     );
-    let deadline = Instant::now() + STARTED_WITHIN;
-    while !common::http_get(node.base + 2, "/livez").ends_with("ok\n") {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        assert!(Instant::now() < deadline, "{} never live:\n{log}", binary.display());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_ok(node, "/livez", &log_path);
     member
 }
 
-/// Waits until `node`'s `/readyz` says ok.
-fn wait_ready(node: &Node) {
+/// Waits until `node`'s metrics port answers `path` with ok, at most
+/// STARTED_WITHIN; the failure shows the member's log.
+fn wait_ok(node: &Node, path: &str, log_path: &Path) {
     let deadline = Instant::now() + STARTED_WITHIN;
-    while !common::http_get(node.base + 2, "/readyz").ends_with("ok\n") {
-        assert!(Instant::now() < deadline, "{} never ready", node.name);
+    while !common::http_get(node.base + 2, path).ends_with("ok\n") {
+        let log = std::fs::read_to_string(log_path).unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "{} never answered {path} ok:\n{log}",
+            node.name
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Waits until `node`'s `/readyz` says ok.
+fn wait_ready(dir: &Path, node: &Node) {
+    wait_ok(node, "/readyz", &dir.join(format!("{}.log", node.name)));
 }
 
 /// etcdctl as kube-apiserver (its client certificate) against `endpoint`.
@@ -157,7 +163,7 @@ fn run(binary: &Path, base: u16, etcd_36_form: bool) -> Vec<(String, String, Str
         joins: None,
     };
     let _member = start(binary, dir.path(), &certs, &node, etcd_36_form);
-    wait_ready(&node);
+    wait_ready(dir.path(), &node);
     let endpoint = format!("https://127.0.0.1:{base}");
     let (ok, said) = apiserver_etcdctl(&certs, &endpoint, &["put", "/registry/pods/a", "v"]);
     assert!(ok, "put over kubeadm's TLS: {said}");
@@ -202,7 +208,7 @@ fn three_nodes(binary: &Path, base: u16) -> Vec<(String, String, String)> {
     };
     let endpoint = format!("https://127.0.0.1:{base}");
     let mut members = vec![start(binary, dir.path(), &certs, &first, false)];
-    wait_ready(&first);
+    wait_ready(dir.path(), &first);
     let mut nodes = vec![first];
     for (name, node_base) in [("cp2", base + 10), ("cp3", base + 20)] {
         let peer = format!("--peer-urls=https://127.0.0.1:{}", node_base + 1);
@@ -226,7 +232,7 @@ fn three_nodes(binary: &Path, base: u16) -> Vec<(String, String, String)> {
         };
         members.push(start(binary, dir.path(), &certs, &node, false));
         apiserver_etcdctl_until(&certs, &endpoint, &["member", "promote", &id]);
-        wait_ready(&node);
+        wait_ready(dir.path(), &node);
         nodes.push(node);
     }
     let last = format!("https://127.0.0.1:{}", base + 20);

@@ -53,39 +53,27 @@ pub const READYZ_CHECKS: &[&str] = &[
 /// The health routes, for the client and the metrics listeners.
 pub fn routes(member: Arc<Member>) -> Router {
     let for_health = member.clone();
-    let for_livez = member.clone();
-    let for_livez_one = member.clone();
-    let for_readyz = member.clone();
-    Router::new()
+    let router = Router::new().route(
+        "/health",
+        any(move |method: Method, RawQuery(query): RawQuery| health(for_health.clone(), method, query)),
+    );
+    let router = probe_routes(router, "/livez", LIVEZ_CHECKS, &member);
+    probe_routes(router, "/readyz", READYZ_CHECKS, &member)
+}
+
+/// `root` (all of `checks`) and `root/{check}` (one of them).
+fn probe_routes(router: Router, root: &str, checks: &'static [&'static str], member: &Arc<Member>) -> Router {
+    let (for_all, for_one) = (member.clone(), member.clone());
+    router
         .route(
-            "/health",
-            any(move |method: Method, RawQuery(query): RawQuery| health(for_health.clone(), method, query)),
+            root,
+            any(move |method: Method, RawQuery(query): RawQuery| probe(for_all.clone(), method, query, checks, None)),
         )
         .route(
-            "/livez",
-            any(move |method: Method, RawQuery(query): RawQuery| {
-                probe(for_livez.clone(), method, query, LIVEZ_CHECKS, None)
-            }),
-        )
-        .route(
-            "/livez/{check}",
+            &format!("{root}/{{check}}"),
             any(
                 move |method: Method, RawQuery(query): RawQuery, Path(check): Path<String>| {
-                    probe(for_livez_one.clone(), method, query, LIVEZ_CHECKS, Some(check))
-                },
-            ),
-        )
-        .route(
-            "/readyz",
-            any(move |method: Method, RawQuery(query): RawQuery| {
-                probe(for_readyz.clone(), method, query, READYZ_CHECKS, None)
-            }),
-        )
-        .route(
-            "/readyz/{check}",
-            any(
-                move |method: Method, RawQuery(query): RawQuery, Path(check): Path<String>| {
-                    probe(member.clone(), method, query, READYZ_CHECKS, Some(check))
+                    probe(for_one.clone(), method, query, checks, Some(check))
                 },
             ),
         )
@@ -93,18 +81,7 @@ pub fn routes(member: Arc<Member>) -> Router {
 
 /// Go's `http.Error`: plain text, `nosniff`, and a newline after `text`.
 fn go_error(code: StatusCode, text: &str) -> Response {
-    (
-        code,
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            ),
-            (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
-        ],
-        format!("{text}\n"),
-    )
-        .into_response()
+    go_text(code, format!("{text}\n"))
 }
 
 /// 405 for anything but GET, as etcd's health handlers answer.
@@ -208,6 +185,7 @@ async fn probe(
     go_text(StatusCode::OK, body)
 }
 
+/// A plain-text answer with the headers Go's handlers set.
 fn go_text(code: StatusCode, body: String) -> Response {
     (
         code,
