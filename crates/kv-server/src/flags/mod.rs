@@ -104,8 +104,9 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<Parsed, FlagEr
     }
     let (canonical, more) = canonical(&settings)?;
     notes.extend(more);
-    let config = Config::try_parse_from(std::iter::once("kv-server".to_string()).chain(canonical))
+    let mut config = Config::try_parse_from(std::iter::once("kv-server".to_string()).chain(canonical))
         .map_err(|error| clap_error(&error))?;
+    initial_cluster_from_name(&mut config);
     Ok(Parsed {
         config,
         notes,
@@ -118,6 +119,25 @@ pub fn from_process() -> Result<Parsed, FlagError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let env: Vec<(String, String)> = std::env::vars().collect();
     parse(&args, &env)
+}
+
+/// etcd's `UpdateDefaultClusterFromName`: a member given a name but no
+/// `--initial-cluster` (`etcd --name abc`) is a cluster of itself, under
+/// that name, at its advertised peer URLs.
+fn initial_cluster_from_name(config: &mut Config) {
+    let default = Config::parse_from(["kv-server"]);
+    if config.name == default.name || config.initial_cluster != default.initial_cluster {
+        return;
+    }
+    let urls = crate::config::urls(&config.initial_advertise_peer_urls);
+    if !urls.is_empty() {
+        let name = &config.name;
+        config.initial_cluster = urls
+            .iter()
+            .map(|url| format!("{name}={url}"))
+            .collect::<Vec<_>>()
+            .join(",");
+    }
 }
 
 fn last<'a>(settings: &'a [Setting], name: &str) -> Option<&'a str> {

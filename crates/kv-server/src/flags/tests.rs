@@ -132,6 +132,36 @@ fn kubeadm_command_line() {
     );
 }
 
+// Goal: a name alone makes a cluster of itself, as etcd's default
+// cluster follows the name; an explicit cluster is kept.
+#[test]
+fn initial_cluster_follows_the_name() {
+    let config = parse(&strings(&["--name=abc"]), &[]).unwrap().config;
+    assert_eq!(config.initial_cluster, "abc=http://localhost:2380");
+    let config = parse(
+        &strings(&[
+            "-name",
+            "abc",
+            "--initial-advertise-peer-urls=http://127.0.0.1:2380,http://127.0.0.2:2380",
+        ]),
+        &[],
+    )
+    .unwrap()
+    .config;
+    assert_eq!(
+        config.initial_cluster,
+        "abc=http://127.0.0.1:2380,abc=http://127.0.0.2:2380"
+    );
+    let config = parse(&strings(&["--name=abc", "--initial-cluster=abc=http://h:1"]), &[])
+        .unwrap()
+        .config;
+    assert_eq!(config.initial_cluster, "abc=http://h:1");
+    assert_eq!(
+        parse(&[], &[]).unwrap().config.initial_cluster,
+        "default=http://localhost:2380"
+    );
+}
+
 // Goal: bad values get Go's kind of error and exit code, never a default.
 #[test]
 fn bad_values_are_refused() {
