@@ -56,7 +56,8 @@ fn etcd_sample_config_file_starts_a_member() {
     let put = common::etcdctl(&endpoint, &["put", "sample", "config"]);
     assert!(put.status.success(), "{}", common::text(&put));
     let get = common::etcdctl(&endpoint, &["get", "sample", "--print-value-only"]);
-    assert_eq!(common::text(&get).trim(), "config");
+    assert!(get.status.success(), "{}", common::text(&get));
+    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "config");
     let _ = member.kill();
     let _ = member.wait();
     let log = std::fs::read_to_string(&log_path).expect("log");
