@@ -27,7 +27,10 @@ fn main() {
         Ok(parsed) => parsed,
         Err(kv_server::flags::FlagError::Help) => {
             use clap::CommandFactory;
-            println!("{}", kv_server::config::Config::command().render_long_help());
+            // Help piped into `head` must not panic on a closed pipe.
+            use std::io::Write;
+            let help = kv_server::config::Config::command().render_long_help();
+            let _ = writeln!(std::io::stdout(), "{help}");
             return;
         }
         Err(error) => {
