@@ -19,6 +19,13 @@ pub fn variable_of(name: &str) -> String {
     format!("ETCD_{}", name.to_uppercase().replace('-', "_"))
 }
 
+/// The value of `variable` in `env`; an empty one counts as unset.
+pub fn lookup(env: &[(String, String)], variable: &str) -> Option<String> {
+    env.iter()
+        .find(|(key, value)| key == variable && !value.is_empty())
+        .map(|(_, value)| value.clone())
+}
+
 /// Adds to `settings` the flags whose variables are set in `env`, for
 /// every flag in `names`. Returns notes for the log: variables used,
 /// and variables that name no flag.
@@ -57,14 +64,14 @@ pub fn fold_in(
         if on_command_line.contains(&variable) || variable == "ETCD_VERSION" {
             continue;
         }
-        let Some((_, value)) = env.iter().find(|(key, value)| *key == variable && !value.is_empty()) else {
+        let Some(value) = lookup(env, &variable) else {
             continue;
         };
         let value = match kind {
-            Kind::Bool => parse_bool(value)
+            Kind::Bool => parse_bool(&value)
                 .ok_or_else(|| FlagError::Env(format!("invalid value {value:?} for {variable}: parse error")))?
                 .to_string(),
-            Kind::Value => value.clone(),
+            Kind::Value => value,
         };
         notes.push(format!("recognized and used environment variable {variable}={value}"));
         settings.push(Setting {

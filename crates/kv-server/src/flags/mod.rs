@@ -91,7 +91,7 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<Parsed, FlagEr
     }
     let file = last(&settings, "config-file")
         .map(str::to_string)
-        .or_else(|| lookup(env, "ETCD_CONFIG_FILE"));
+        .or_else(|| env::lookup(env, "ETCD_CONFIG_FILE"));
     match file {
         Some(path) => {
             settings = config_file::read(&path, &flags)?;
@@ -102,7 +102,7 @@ pub fn parse(args: &[String], env: &[(String, String)]) -> Result<Parsed, FlagEr
         }
         None => notes.extend(env::fold_in(&mut settings, env, &names)?),
     }
-    let (canonical, more) = canonical(&settings)?;
+    let (canonical, more) = canonical(&settings, &flags)?;
     notes.extend(more);
     let mut config = Config::try_parse_from(std::iter::once("kv-server".to_string()).chain(canonical))
         .map_err(|error| clap_error(&error))?;
@@ -148,12 +148,6 @@ fn last<'a>(settings: &'a [Setting], name: &str) -> Option<&'a str> {
         .map(|setting| setting.value.as_str())
 }
 
-fn lookup(env: &[(String, String)], variable: &str) -> Option<String> {
-    env.iter()
-        .find(|(key, value)| key == variable && !value.is_empty())
-        .map(|(_, value)| value.clone())
-}
-
 /// kv-server's own flag names (clap's long names).
 pub fn honoured() -> Vec<String> {
     Config::command()
@@ -164,9 +158,8 @@ pub fn honoured() -> Vec<String> {
 
 /// The settings as `--name=value` arguments for [`Config`], with a note
 /// for each flag that has no effect.
-fn canonical(settings: &[Setting]) -> Result<(Vec<String>, Vec<String>), FlagError> {
+fn canonical(settings: &[Setting], flags: &[etcd_set::EtcdFlag]) -> Result<(Vec<String>, Vec<String>), FlagError> {
     let honoured = honoured();
-    let flags = etcd_set::all();
     let mut args = Vec::new();
     let mut notes = Vec::new();
     for setting in settings {

@@ -350,10 +350,9 @@ impl Member {
             return Ok(None);
         }
         let voters = self.membership.get().voter_ids();
-        let (reply, answer) = oneshot::channel();
-        self.node.try_send(NodeInput::Progress { reply }).map_err(queue_error)?;
-        let progress = answer.await.map_err(|_| RequestError::Stopped)?;
-        let target = progress
+        let target = self
+            .raft_progress()
+            .await?
             .into_iter()
             .filter(|(peer, _)| *peer != id && voters.contains(peer))
             .max_by_key(|(_, matched)| *matched)
@@ -362,6 +361,14 @@ impl Member {
             Some(target) => self.move_leader(target).await.map(|()| Some(target)),
             None => Ok(None),
         }
+    }
+
+    /// The leader's view of how far each member's log matches its own, as
+    /// (member id, matched index); empty on a follower.
+    pub(super) async fn raft_progress(&self) -> Result<Vec<(u64, u64)>, RequestError> {
+        let (reply, answer) = oneshot::channel();
+        self.node.try_send(NodeInput::Progress { reply }).map_err(queue_error)?;
+        answer.await.map_err(|_| RequestError::Stopped)
     }
 
     /// Ends the raft loop after its current turn (the last step of a

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prost::Message as _;
 use raft::prelude::{ConfChange, ConfChangeType};
-use tokio::sync::oneshot;
 
 use crate::error::RequestError;
 use crate::member::core::{queue_error, Member};
@@ -193,9 +192,7 @@ impl Member {
         if !member.is_learner {
             return Err(RequestError::MemberNotLearner);
         }
-        let (reply, progress) = oneshot::channel();
-        self.node.try_send(NodeInput::Progress { reply }).map_err(queue_error)?;
-        let progress = progress.await.map_err(|_| RequestError::Stopped)?;
+        let progress = self.raft_progress().await?;
         let matched = |who: u64| progress.iter().find(|(id, _)| *id == who).map(|(_, m)| *m);
         let (Some(leader), Some(learner)) = (matched(self.local_id), matched(id)) else {
             return Err(RequestError::LearnerNotReady);
