@@ -10,7 +10,9 @@
 # infra3 (32379, 32380). Data and logs go under DIR; pids in DIR/pids.
 # `start` waits (at most 20 s) until every member reports healthy.
 # With TLS_DIR set to a directory scripts/make-certs.sh filled, client and
-# peer URLs are https:// with certificate auth on both.
+# peer URLs are https:// with certificate auth on both. With MEMBER_CPUS
+# set (a taskset CPU list), the members start bound to those CPUs, so
+# Go's GOMAXPROCS and tokio's worker count follow that affinity.
 set -euo pipefail
 command=${1:?usage: local-cluster.sh start BINARY DIR | stop DIR | restart BINARY DIR I}
 scheme=http
@@ -43,7 +45,9 @@ start_member() {  # binary dir i [flags...]
     shift 3
     prefix=$([ "$i" = 1 ] && echo "" || echo "$i")
     client="$scheme://127.0.0.1:${prefix}2379"; peer="$scheme://127.0.0.1:${prefix}2380"
-    "$binary" --name "infra$i" --data-dir "$dir/infra$i" \
+    local pin=()
+    [ -z "${MEMBER_CPUS:-}" ] || pin=(taskset -c "$MEMBER_CPUS")
+    ${pin[@]+"${pin[@]}"} "$binary" --name "infra$i" --data-dir "$dir/infra$i" \
         --listen-client-urls "$client" --advertise-client-urls "$client" \
         --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
         --initial-cluster "$cluster" --initial-cluster-token local-cluster \

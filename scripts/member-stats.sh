@@ -10,6 +10,29 @@ member_ticks() {  # dir
     echo "$sum"
 }
 
+# Context switches, voluntary and not, summed over every thread of the
+# members in DIR/pids (threads that already exited are not counted).
+member_switches() {  # dir
+    local pid sum=0
+    while read -r pid; do
+        sum=$((sum + $(cat /proc/"$pid"/task/*/status 2>/dev/null |
+            awk '/^(nonvoluntary|voluntary)_ctxt_switches:/ { s += $2 } END { print s + 0 }')))
+    done < "$1/pids"
+    echo "$sum"
+}
+
+# kv-server's raft messages sent, summed over the members' /metrics on
+# ENDPOINTS (host:port,...); 0 for a server without the metric (etcd).
+raft_messages_sent() {  # endpoints
+    local member sum=0 count
+    for member in ${1//,/ }; do
+        count=$(curl -fsS "http://$member/metrics" 2>/dev/null |
+            awk '/^kv_server_peer_raft_messages_sent_total / { print $2 }')
+        sum=$((sum + ${count:-0}))
+    done
+    echo "$sum"
+}
+
 # One process's resident set, in KiB.
 rss_kb() {  # pid
     ps -o rss= -p "$1" | tr -d ' '
@@ -46,14 +69,18 @@ children_ticks() {
 }
 
 # Runs etcd's benchmark tool ($ETCD_BENCHMARK_BIN) against the cluster in
-# DIR; sets REPORT, TOOL (its CPU ticks) and MEMBERS (the members' CPU
-# ticks) for the run.
+# DIR; sets REPORT, TOOL (its CPU ticks), MEMBERS (the members' CPU
+# ticks) and SWITCHES (the members' context switches) for the run. With
+# TOOL_CPUS set (a taskset CPU list) the tool runs bound to those CPUs.
 bench() {  # dir tool-args...
-    local dir=$1 members_before tool_before
+    local dir=$1 members_before tool_before switches_before pin=()
     shift
+    [ -z "${TOOL_CPUS:-}" ] || pin=(taskset -c "$TOOL_CPUS")
     members_before=$(member_ticks "$dir")
+    switches_before=$(member_switches "$dir")
     tool_before=$(children_ticks)
-    REPORT=$("$ETCD_BENCHMARK_BIN" "$@" 2>&1)
+    REPORT=$(${pin[@]+"${pin[@]}"} "$ETCD_BENCHMARK_BIN" "$@" 2>&1)
     TOOL=$(($(children_ticks) - tool_before))
     MEMBERS=$(($(member_ticks "$dir") - members_before))
+    SWITCHES=$(($(member_switches "$dir") - switches_before))
 }

@@ -134,6 +134,16 @@ pub struct TxnRequest {
 }
 
 impl TxnRequest {
+    /// Whether every operation of both branches is a range (a nested txn
+    /// counts as a write): etcd's `isTxnReadonly`. Such a txn is served
+    /// without raft, by [`crate::Store::read_txn`].
+    pub fn is_read_only(&self) -> bool {
+        self.success
+            .iter()
+            .chain(&self.failure)
+            .all(|op| matches!(op, RequestOp::Range(_)))
+    }
+
     /// The key and value bytes of every put in either branch, nested txns
     /// included: what the txn adds, as the space quota counts it (a txn
     /// adds data when this is above 0, since every put has a key).

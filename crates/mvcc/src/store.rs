@@ -37,7 +37,7 @@ use crate::records::{self, Overlay};
 use crate::request::{
     Alarm, AlarmRequest, AlarmResponse, Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest,
     DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, WriteRequest, WriteResponse,
+    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse, WriteRequest, WriteResponse,
 };
 use crate::revision::Revision;
 use crate::txn;
@@ -419,6 +419,19 @@ impl Store {
             state.compact_revision,
             |revision| load_through(&db, &state.batch, revision),
         )
+    }
+
+    /// A read-only txn (every operation a range: see
+    /// [`TxnRequest::is_read_only`]) at the current revision: its compares
+    /// and its chosen branch's ranges read one view, under the read lock,
+    /// as etcd serves such a txn without raft. It creates no revision.
+    pub fn read_txn(&self, request: &TxnRequest) -> Result<TxnResponse> {
+        self.check_usable()?;
+        let state = self.state.read();
+        let db = self.db.read();
+        let view = StoreView { state: &state, db: &db };
+        let path = txn::plan(&view, request)?;
+        Ok(txn::execute_read_only(&view, request, &path))
     }
 
     /// Every change to keys in the range of `key` and `range_end` (as a
@@ -1096,6 +1109,37 @@ impl Batch {
 }
 
 /// A write transaction over the store's state and the open apply batch.
+/// A read-only view of the store at its current revision, under the
+/// read locks its creator holds.
+struct StoreView<'a> {
+    state: &'a State,
+    db: &'a sled::Db,
+}
+
+impl ReadView for StoreView<'_> {
+    fn revision(&self) -> i64 {
+        self.state.current_revision
+    }
+
+    fn compact_revision(&self) -> i64 {
+        self.state.compact_revision
+    }
+
+    fn range(&self, request: &RangeRequest) -> Result<RangeResponse> {
+        range::range(
+            request,
+            &self.state.index,
+            self.state.current_revision,
+            self.state.compact_revision,
+            |revision| load_through(self.db, &self.state.batch, revision),
+        )
+    }
+
+    fn lease_exists(&self, id: i64) -> bool {
+        self.state.leases.contains(id)
+    }
+}
+
 struct StoreTxn<'a> {
     state: &'a mut State,
     db: &'a sled::Db,

@@ -49,13 +49,34 @@ pub fn check_range(request: &RangeRequest) -> Result<()> {
 }
 
 pub fn check_put(request: &PutRequest) -> Result<()> {
-    if request.key.is_empty() {
+    check_put_fields(&PutFields {
+        key: &request.key,
+        value: &request.value,
+        lease: request.lease,
+        ignore_value: request.ignore_value,
+        ignore_lease: request.ignore_lease,
+    })
+}
+
+/// The fields of a put its checks read, borrowed from whichever form
+/// the put arrived in (a server checks its wire form without a copy).
+pub struct PutFields<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub lease: i64,
+    pub ignore_value: bool,
+    pub ignore_lease: bool,
+}
+
+/// [`check_put`] on borrowed fields.
+pub fn check_put_fields(put: &PutFields<'_>) -> Result<()> {
+    if put.key.is_empty() {
         return Err(Error::EmptyKey);
     }
-    if request.ignore_value && !request.value.is_empty() {
+    if put.ignore_value && !put.value.is_empty() {
         return Err(Error::ValueProvided);
     }
-    if request.ignore_lease && request.lease != 0 {
+    if put.ignore_lease && put.lease != 0 {
         return Err(Error::LeaseProvided);
     }
     Ok(())

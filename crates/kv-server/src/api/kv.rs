@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::errors::store_status;
 use crate::auth::perms::Access;
+use crate::auth::Caller;
 use crate::error::RequestError;
 use crate::member::auth::txn_touches;
 use crate::member::core::Member;
@@ -32,6 +33,44 @@ pub struct KvService {
 fn stale_reads_on_purpose() -> bool {
     fail::fail_point!("kv::stale_read", |_| true);
     false
+}
+
+/// etcd's `isTxnReadonly`: every operation of both branches a range.
+fn txn_is_read_only(request: &pb::TxnRequest) -> bool {
+    use pb::request_op::Request;
+    request
+        .success
+        .iter()
+        .chain(&request.failure)
+        .all(|op| matches!(op.request, Some(Request::RequestRange(_))))
+}
+
+/// etcd's `isTxnSerializable`: every range of both branches serializable.
+fn txn_is_serializable(request: &pb::TxnRequest) -> bool {
+    use pb::request_op::Request;
+    request
+        .success
+        .iter()
+        .chain(&request.failure)
+        .all(|op| matches!(&op.request, Some(Request::RequestRange(range)) if range.serializable))
+}
+
+impl KvService {
+    /// A txn of ranges, served as etcd serves one: without raft or the
+    /// WAL, after a ReadIndex round unless every range is serializable,
+    /// from one view of this member's store.
+    async fn read_txn(&self, request: pb::TxnRequest, caller: &Caller) -> Result<Response<pb::TxnResponse>, Status> {
+        let serializable = txn_is_serializable(&request);
+        let checked = convert::txn_request(request).map_err(|e| store_status(&e))?;
+        mvcc::validate::check_txn(&checked, self.member.config.max_txn_ops).map_err(|e| store_status(&e))?;
+        if !serializable && !stale_reads_on_purpose() {
+            self.member.linearize().await?;
+        }
+        let response = self.member.store.read_txn(&checked).map_err(|e| store_status(&e))?;
+        self.member.still_authorized(caller)?;
+        let header = self.member.header(response.revision);
+        Ok(Response::new(convert::txn_response(response, header)))
+    }
 }
 
 #[tonic::async_trait]
@@ -88,7 +127,14 @@ impl Kv for KvService {
                 .await?
         };
         let request = request.into_inner();
-        mvcc::validate::check_put(&convert::put_request(request.clone())).map_err(|e| store_status(&e))?;
+        mvcc::validate::check_put_fields(&mvcc::validate::PutFields {
+            key: &request.key,
+            value: &request.value,
+            lease: request.lease,
+            ignore_value: request.ignore_value,
+            ignore_lease: request.ignore_lease,
+        })
+        .map_err(|e| store_status(&e))?;
         self.member.check_quota(request.key.len() + request.value.len()).await?;
         match self
             .member
@@ -142,6 +188,9 @@ impl Kv for KvService {
             .await?;
         drop(touches);
         let request = request.into_inner();
+        if txn_is_read_only(&request) {
+            return self.read_txn(request, &caller).await;
+        }
         let checked = convert::txn_request(request.clone()).map_err(|e| store_status(&e))?;
         mvcc::validate::check_txn(&checked, self.member.config.max_txn_ops).map_err(|e| store_status(&e))?;
         let put_bytes = checked.put_bytes();

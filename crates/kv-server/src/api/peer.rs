@@ -52,12 +52,14 @@ impl Peer for PeerService {
                 }
             };
             counter.inc_by(batch.messages.iter().map(|m| m.len() as u64).sum());
-            for bytes in batch.messages {
-                let message = Message::parse_from_bytes(&bytes)
-                    .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
-                // A full queue drops the message, as a lossy network would.
-                let _ = self.node.try_send(NodeInput::Message(Box::new(message)));
-            }
+            let messages = batch
+                .messages
+                .iter()
+                .map(|bytes| Message::parse_from_bytes(bytes))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Status::invalid_argument(format!("bad raft message: {e}")))?;
+            // A full queue drops the batch, as a lossy network would.
+            let _ = self.node.try_send(NodeInput::Messages(messages));
             // A removed member is told so, and stops (`peer::transport`).
             // Its last batch still goes to raft: a leader that removed
             // itself hands leadership over in it.

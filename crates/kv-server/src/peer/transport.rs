@@ -165,6 +165,10 @@ impl Outbox for PeerTransport {
         if messages.is_empty() {
             return;
         }
+        crate::metrics::metrics()
+            .network
+            .peer_raft_messages_sent
+            .inc_by(messages.len() as u64);
         let links = self.peers.links.lock();
         for message in messages {
             if message.get_msg_type() == MessageType::MsgSnapshot {

@@ -31,6 +31,9 @@ pub enum NodeInput {
     ReadIndex { reply: ReadWaiter },
     /// A raft message from a peer.
     Message(Box<Message>),
+    /// The raft messages of one batch a peer sent, in order: one input,
+    /// one queue slot and one wake-up of the loop for the whole batch.
+    Messages(Vec<Message>),
     /// The transport could not reach this peer.
     Unreachable(u64),
     /// How sending a snapshot to a peer ended.

@@ -113,6 +113,9 @@ pub struct Node {
     /// Proposals waiting for a usable leader, oldest first, each with when
     /// it arrived.
     held: VecDeque<(Instant, NodeInput)>,
+    /// The turn's writes, as (waiter sequence, entry data), proposed
+    /// together at the end of the turn (`propose_pending`).
+    proposals: Vec<(u64, Vec<u8>)>,
     /// Set by [`NodeInput::Stop`]: the loop ends after this turn's Ready.
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -130,6 +133,9 @@ impl Node {
             max_inflight_msgs: MAX_INFLIGHT_MSGS,
             check_quorum: true,
             pre_vote: true,
+            // Appends queued for one follower in one Ready go as one
+            // message, and the follower answers it once.
+            batch_append: true,
             ..RaftConfig::default()
         };
         raft_config.validate()?;
@@ -150,6 +156,7 @@ impl Node {
             snapshot_index,
             next_to_apply: applied + 1,
             held: VecDeque::new(),
+            proposals: Vec::with_capacity(INPUTS_PER_READY_MAX),
             stop: None,
         })
     }
@@ -158,14 +165,14 @@ impl Node {
     pub fn run(mut self, inputs: Receiver<NodeInput>) {
         let tick = self.config.tick_interval;
         let mut next_tick = Instant::now() + tick;
+        let mut turn = Vec::with_capacity(INPUTS_PER_READY_MAX);
         loop {
             let wait = next_tick.saturating_duration_since(Instant::now());
             match inputs.recv_timeout(wait) {
                 Ok(input) => {
-                    self.take(input);
-                    for input in inputs.try_iter().take(INPUTS_PER_READY_MAX - 1) {
-                        self.take(input);
-                    }
+                    turn.push(input);
+                    turn.extend(inputs.try_iter().take(INPUTS_PER_READY_MAX - 1));
+                    self.take_turn(&mut turn);
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
@@ -226,6 +233,7 @@ impl Node {
             for (_, input) in std::mem::take(&mut self.held) {
                 self.take(input);
             }
+            self.propose_pending();
             return;
         }
         while let Some((arrived, _)) = self.held.front() {
@@ -247,6 +255,58 @@ impl Node {
         }
     }
 
+    /// Takes one turn's inputs. Peer messages are stepped first and the
+    /// turn's proposals go to raft afterwards as one message, so that
+    /// their appends (one per follower, merged by `batch_append`) carry
+    /// whatever commit index the messages advanced; meanwhile raft need
+    /// not broadcast that commit on its own (TiKV's toggle). A turn
+    /// without proposals broadcasts commits as usual.
+    fn take_turn(&mut self, turn: &mut Vec<NodeInput>) {
+        let proposing = self.leader_usable() && turn.iter().any(|input| matches!(input, NodeInput::Propose { .. }));
+        self.raw.skip_bcast_commit(proposing);
+        for input in turn.drain(..) {
+            self.take(input);
+        }
+        self.propose_pending();
+        self.raw.skip_bcast_commit(false);
+    }
+
+    /// Proposes the turn's writes as one raft message (one append per
+    /// follower instead of one per write); if raft drops it, each of its
+    /// waiters hears why.
+    fn propose_pending(&mut self) {
+        if self.proposals.is_empty() {
+            return;
+        }
+        let mut message = raft::prelude::Message::default();
+        message.set_msg_type(raft::prelude::MessageType::MsgPropose);
+        message.from = self.config.id;
+        let entries: Vec<Entry> = self
+            .proposals
+            .iter_mut()
+            .map(|(_, data)| Entry {
+                data: std::mem::take(data).into(),
+                ..Entry::default()
+            })
+            .collect();
+        message.set_entries(entries.into());
+        if let Err(error) = self.raw.raft.step(message) {
+            tracing::debug!(%error, count = self.proposals.len(), "proposals dropped");
+            let error = if self.raw.raft.leader_id == raft::INVALID_ID {
+                RequestError::NoLeader
+            } else {
+                RequestError::LeaderChanged
+            };
+            for (sequence, _) in std::mem::take(&mut self.proposals) {
+                self.send_apply(ApplyInput::Dropped {
+                    sequence,
+                    error: error.clone(),
+                });
+            }
+        }
+        self.proposals.clear();
+    }
+
     fn take(&mut self, input: NodeInput) {
         let proposal = matches!(input, NodeInput::Propose { .. } | NodeInput::ProposeConfChange { .. });
         if proposal && !self.leader_usable() {
@@ -259,15 +319,10 @@ impl Node {
         }
         match input {
             NodeInput::Propose { sequence, data } => {
-                if let Err(error) = self.raw.propose(Vec::new(), data) {
-                    tracing::debug!(%error, "proposal dropped");
-                    let error = if self.raw.raft.leader_id == raft::INVALID_ID {
-                        RequestError::NoLeader
-                    } else {
-                        RequestError::LeaderChanged
-                    };
-                    self.send_apply(ApplyInput::Dropped { sequence, error });
+                if self.proposals.len() >= INPUTS_PER_READY_MAX {
+                    self.propose_pending();
                 }
+                self.proposals.push((sequence, data));
             }
             NodeInput::ProposeConfChange { sequence, change } => self.propose_conf_change(sequence, change),
             NodeInput::Progress { reply } => {
@@ -283,9 +338,10 @@ impl Node {
                 let _ = reply.send(progress);
             }
             NodeInput::ReadIndex { reply } => self.reads.push(reply),
-            NodeInput::Message(message) => {
-                if let Err(error) = self.raw.step(*message) {
-                    tracing::debug!(%error, "peer message refused");
+            NodeInput::Message(message) => self.step(*message),
+            NodeInput::Messages(messages) => {
+                for message in messages {
+                    self.step(message);
                 }
             }
             NodeInput::Unreachable(peer) => self.raw.report_unreachable(peer),
@@ -299,6 +355,12 @@ impl Node {
                 };
                 self.raw.report_snapshot(to, status);
             }
+        }
+    }
+
+    fn step(&mut self, message: raft::prelude::Message) {
+        if let Err(error) = self.raw.step(message) {
+            tracing::debug!(%error, "peer message refused");
         }
     }
 
