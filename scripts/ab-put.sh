@@ -4,7 +4,9 @@
 # 256-byte values, to the leader) against a fresh 3-member cluster of
 # each, alternating A and B, ROUNDS times, so drift on a noisy machine
 # hits both alike. Prints requests/s, p99 and the CPU the three members
-# spent per put (user + system time from /proc) for every run.
+# spent per put (user + system time from /proc), the largest member's
+# RSS after the puts and the members' context switches per put, for
+# every run. MEMBER_CPUS and TOOL_CPUS pin them (see compare-etcd.sh).
 #   scripts/ab-put.sh A_BIN B_BIN [TOTAL] [ROUNDS]   (default 100000, 5)
 # For what metrics cost: B built with `cargo build --release -p kv-server
 # --no-default-features` (into another target dir). Needs etcd's
@@ -30,14 +32,16 @@ run() {  # label binary
     scripts/local-cluster.sh start "$2" "$dir"
     bench "$dir" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
         put --key-size=8 --sequential-keys --val-size=256 --total="$total"
+    rss=$(($(max_rss_kb "$dir") / 1024))
     scripts/local-cluster.sh stop "$dir"
     bench_figures "$1" "$total"
-    printf '%-6s %-3s %12s %10s %12s\n' "$round" "$1" "$QPS" "$P99" "$CPU"
+    printf '%-6s %-3s %12s %10s %12s %8s %8s\n' "$round" "$1" "$QPS" "$P99" "$CPU" "$rss" \
+        "$(awk -v s="$SWITCHES" -v n="$total" 'BEGIN { printf "%.2f", s / n }')"
 }
 
 printf 'put, 1000 clients, %s requests per run, 3 members on loopback, %s, %s cores\n' "$total" "$(date -u +%F)" "$(nproc)"
 printf 'A: %s\nB: %s\n' "$a" "$b"
-printf '%-6s %-3s %12s %10s %12s\n' round run requests/s "p99 (s)" "members us"
+printf '%-6s %-3s %12s %10s %12s %8s %8s\n' round run requests/s "p99 (s)" "members us" "RSS MB" cs/put
 for round in $(seq 1 "$rounds"); do
     run A "$a"
     run B "$b"

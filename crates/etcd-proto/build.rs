@@ -14,6 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        .codec_path("crate::codec::SmallBufferCodec")
         .compile_fds(descriptors)?;
     for file in files {
         println!("cargo:rerun-if-changed={proto_root}/{file}");

@@ -4,6 +4,8 @@
 
 #![allow(clippy::all, clippy::pedantic, missing_docs)]
 
+pub mod codec;
+
 pub mod mvccpb {
     tonic::include_proto!("mvccpb");
 }

@@ -142,8 +142,11 @@ impl TlsFlags {
     }
 
     /// The server config for `https://` peer URLs.
+    /// It also offers the raft stream's ALPN protocol (`peer::frames`).
     pub fn peer_server_config(&self) -> Result<Arc<ServerConfig>, Error> {
-        self.server_config(&self.peer_side())
+        let mut config = Arc::unwrap_or_clone(self.server_config(&self.peer_side())?);
+        config.alpn_protocols.push(RAFT_ALPN.to_vec());
+        Ok(Arc::new(config))
     }
 
     /// The identity (certificate and key, PEM) and trusted CA (PEM) this
@@ -278,10 +281,47 @@ impl TlsFlags {
     }
 }
 
+/// The ALPN protocol of the raft stream on a TLS peer connection
+/// (`peer::frames`): the dialler asks for it, and the peer port's
+/// listener routes a connection that agreed on it to the raft stream.
+pub const RAFT_ALPN: &[u8] = b"kv-raft/1";
+
 /// What a member needs to dial peers over TLS.
 pub struct PeerClientFiles {
     pub trusted_ca: Vec<u8>,
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl PeerClientFiles {
+    /// The rustls config the raft stream dials peers with: the CA as the
+    /// only root, the identity if there is one, and the raft stream's
+    /// ALPN protocol, by which the peer's listener knows it.
+    pub fn raft_client_config(&self) -> Result<Arc<rustls::ClientConfig>, Error> {
+        let bad = |what: &str, e: String| error("peer-trusted-ca-file", format!("{what}: {e}"));
+        let mut roots = RootCertStore::empty();
+        for certificate in CertificateDer::pem_slice_iter(&self.trusted_ca) {
+            let certificate = certificate.map_err(|e| bad("the CA", e.to_string()))?;
+            roots.add(certificate).map_err(|e| bad("the CA", e.to_string()))?;
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad("protocol versions", e.to_string()))?
+            .with_root_certificates(roots);
+        let mut config = match &self.identity {
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| error("peer-cert-file", e.to_string()))?;
+                let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| error("peer-key-file", e.to_string()))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| error("peer-key-file", e.to_string()))?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![RAFT_ALPN.to_vec()];
+        Ok(Arc::new(config))
+    }
 }
 
 /// Go's name of a TLS 1.2 suite, which is the IANA name rustls's

@@ -28,14 +28,25 @@ pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// stream, snapshots, forwarded calls, joining) must use the same one.
 static PEER_TLS: OnceLock<ClientTlsConfig> = OnceLock::new();
 
+/// The same for the raft stream, which dials with rustls directly
+/// (`peer::transport`).
+static PEER_RAFT_TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+
 /// Sets the TLS every `https://` peer connection uses: `files`' CA as the
 /// only trusted root, and its certificate as this member's identity.
-pub fn use_peer_tls(files: PeerClientFiles) {
+pub fn use_peer_tls(files: PeerClientFiles) -> Result<(), crate::error::Error> {
+    let _ = PEER_RAFT_TLS.set(files.raft_client_config()?);
     let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(files.trusted_ca));
     if let Some((cert, key)) = files.identity {
         tls = tls.identity(Identity::from_pem(cert, key));
     }
     let _ = PEER_TLS.set(tls);
+    Ok(())
+}
+
+/// The raft stream's TLS, once [`use_peer_tls`] set it.
+pub fn raft_tls() -> Option<Arc<rustls::ClientConfig>> {
+    PEER_RAFT_TLS.get().cloned()
 }
 
 /// The endpoint of a peer URL, with the settings every peer connection

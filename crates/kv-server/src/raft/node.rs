@@ -171,6 +171,10 @@ impl Node {
             match inputs.recv_timeout(wait) {
                 Ok(input) => {
                     turn.push(input);
+                    // Let whoever else is runnable on this core (client
+                    // handlers proposing) run first, so the turn takes
+                    // their inputs too; returns at once on an idle core.
+                    std::thread::yield_now();
                     turn.extend(inputs.try_iter().take(INPUTS_PER_READY_MAX - 1));
                     self.take_turn(&mut turn);
                 }

@@ -19,6 +19,8 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::metrics::metrics;
+use crate::peer::frames::{RAFT_ALPN, RAFT_MAGIC};
+use crate::peer::receive::RaftInbound;
 use crate::tls::ClientIdentity;
 
 /// Open connections per peer listener: each peer keeps a raft stream, a
@@ -61,11 +63,76 @@ impl BoundedListener {
         connections_max: usize,
         tls: Option<Arc<rustls::ServerConfig>>,
     ) -> io::Result<BoundedListener> {
+        BoundedListener::with_raft(listener, connections_max, tls, None)
+    }
+
+    /// The same for the peer port: with `raft` given, connections that
+    /// open a raft stream (`peer::frames`) go to it instead of the
+    /// gRPC server.
+    pub fn with_raft(
+        listener: TcpListener,
+        connections_max: usize,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        raft: Option<Arc<RaftInbound>>,
+    ) -> io::Result<BoundedListener> {
         let local = listener.local_addr()?;
         let (sender, established) = mpsc::channel(ESTABLISHED_QUEUE);
         let permits = Arc::new(Semaphore::new(connections_max));
-        tokio::spawn(accept_loop(listener, permits, tls.map(TlsAcceptor::from), sender));
+        let tls = tls.map(TlsAcceptor::from);
+        tokio::spawn(accept_loop(listener, permits, tls, raft, sender));
         Ok(BoundedListener { established, local })
+    }
+}
+
+/// Whether a plain connection opens with the raft stream's magic: it
+/// peeks (consuming nothing) until the first bytes tell, at most
+/// [`TLS_HANDSHAKE_TIMEOUT`]; None if the connection ended or stalled.
+async fn opens_raft_stream(stream: &TcpStream) -> Option<bool> {
+    let deadline = tokio::time::Instant::now() + TLS_HANDSHAKE_TIMEOUT;
+    let mut first = [0u8; RAFT_MAGIC.len()];
+    loop {
+        let peeked = tokio::time::timeout_at(deadline, stream.peek(&mut first))
+            .await
+            .ok()?
+            .ok()?;
+        if peeked == 0 {
+            return None;
+        }
+        if first[..peeked] != RAFT_MAGIC[..peeked] {
+            return Some(false);
+        }
+        if peeked == RAFT_MAGIC.len() {
+            return Some(true);
+        }
+        // Part of the magic is in: wait for the rest.
+        tokio::time::sleep(PEEK_PAUSE).await;
+    }
+}
+
+/// Pause between peeks at a connection that sent part of the magic.
+const PEEK_PAUSE: Duration = Duration::from_millis(1);
+
+/// Takes a plain connection on the peer port: a raft stream goes to
+/// `raft`, anything else to the gRPC server.
+async fn route_plain(
+    stream: TcpStream,
+    address: SocketAddr,
+    permit: OwnedSemaphorePermit,
+    raft: Arc<RaftInbound>,
+    sender: mpsc::Sender<(Connection, SocketAddr)>,
+) {
+    match opens_raft_stream(&stream).await {
+        Some(true) => raft.serve(stream, permit),
+        Some(false) => {
+            let connection = Connection {
+                stream: Stream::Plain(stream),
+                client: true,
+                identity: ClientIdentity::default(),
+                _permit: permit,
+            };
+            let _ = sender.send((connection, address)).await;
+        }
+        None => tracing::debug!(%address, "peer connection closed before it said what it carries"),
     }
 }
 
@@ -73,6 +140,7 @@ async fn accept_loop(
     listener: TcpListener,
     permits: Arc<Semaphore>,
     tls: Option<TlsAcceptor>,
+    raft: Option<Arc<RaftInbound>>,
     sender: mpsc::Sender<(Connection, SocketAddr)>,
 ) {
     loop {
@@ -90,6 +158,10 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
+        if let (None, Some(raft)) = (&tls, &raft) {
+            tokio::spawn(route_plain(stream, address, permit, raft.clone(), sender.clone()));
+            continue;
+        }
         let Some(acceptor) = tls.clone() else {
             let connection = Connection {
                 stream: Stream::Plain(stream),
@@ -102,7 +174,7 @@ async fn accept_loop(
             }
             continue;
         };
-        let sender = sender.clone();
+        let (sender, raft) = (sender.clone(), raft.clone());
         tokio::spawn(async move {
             let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
             let stream = match handshake {
@@ -110,6 +182,9 @@ async fn accept_loop(
                 Ok(Err(error)) => return tracing::debug!(%error, %address, "TLS handshake refused"),
                 Err(_) => return tracing::debug!(%address, "TLS handshake timed out"),
             };
+            if let Some(raft) = raft.filter(|_| stream.get_ref().1.alpn_protocol() == Some(RAFT_ALPN)) {
+                return raft.serve(stream, permit);
+            }
             let identity = ClientIdentity::of(stream.get_ref().1);
             let connection = Connection {
                 stream: Stream::Tls(Box::new(stream)),

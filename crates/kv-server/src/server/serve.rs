@@ -31,6 +31,7 @@ use crate::api::watch::service::WatchService;
 use crate::config::{self, GRPC_OVERHEAD_BYTES};
 use crate::error::Error;
 use crate::member::core::Member;
+use crate::peer::receive::RaftInbound;
 use crate::proto::etcdserverpb::auth_server::AuthServer;
 use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
@@ -135,7 +136,11 @@ async fn serve_peers(member: &Arc<Member>, node: SyncSender<NodeInput>, dir: Dat
     for url in config::urls(&member.config.listen_peer_urls) {
         let tls = tls_for(&url, || member.config.tls.peer_server_config())?;
         let listener = bind(&url, "listen-peer-urls").await?;
-        let incoming = BoundedListener::new(listener, PEER_CONNECTIONS_MAX, tls)
+        let raft = Arc::new(RaftInbound {
+            node: node.clone(),
+            membership: member.membership.clone(),
+        });
+        let incoming = BoundedListener::with_raft(listener, PEER_CONNECTIONS_MAX, tls, Some(raft))
             .map_err(|source| Error::Listen {
                 url: url.clone(),
                 source,

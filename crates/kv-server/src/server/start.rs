@@ -52,7 +52,7 @@ pub fn run(config: Config) -> Result<(), Error> {
     }
     let dials_https = config.initial_cluster.contains("https://");
     if let Some(files) = config.tls.peer_client_files(dials_https)? {
-        crate::peer::channels::use_peer_tls(files);
+        crate::peer::channels::use_peer_tls(files)?;
     }
     let opened = open(&config)?;
     let membership = opened.membership.clone();
@@ -237,9 +237,7 @@ fn start_threads(
     node_inputs: Receiver<NodeInput>,
     (apply_sender, apply_inputs): (SyncSender<ApplyInput>, Receiver<ApplyInput>),
 ) -> Result<(), Error> {
-    let transport = PeerTransport {
-        peers: member.peers.clone(),
-    };
+    let transport = PeerTransport::new(member.peers.clone());
     let node_config = NodeConfig {
         id: member.member_id(),
         tick_interval: member.config.tick_interval(),
