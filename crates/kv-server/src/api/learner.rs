@@ -20,14 +20,23 @@ const LEARNER_METHODS: [&str; 3] = [
     "/etcdserverpb.KV/Range",
 ];
 
-/// The client port's gate: passes everything while this member votes.
-pub async fn gate(State(member): State<Arc<Member>>, request: Request, next: Next) -> Response {
-    let path = request.uri().path();
+/// The client port's one middleware layer: etcd's gRPC call counters
+/// around the learner gate. One layer, not two: each axum `from_fn` layer
+/// boxes a clone of the router it wraps on every request.
+pub async fn gate_and_count(State(member): State<Arc<Member>>, request: Request, next: Next) -> Response {
+    crate::metrics::grpc::count_around(request, |request| async move {
+        match refusal(&member, request.uri().path()) {
+            Some(refused) => refused,
+            None => next.run(request).await,
+        }
+    })
+    .await
+}
+
+/// The answer to a call this member may not serve: everything passes
+/// while it votes.
+fn refusal(member: &Member, path: &str) -> Option<Response> {
     let refused =
         member.membership.local_is_learner() && path.starts_with("/etcdserverpb.") && !LEARNER_METHODS.contains(&path);
-    if refused {
-        let status = tonic::Status::from(RequestError::NotSupportedForLearner);
-        return status.into_http::<axum::body::Body>();
-    }
-    next.run(request).await
+    refused.then(|| tonic::Status::from(RequestError::NotSupportedForLearner).into_http::<axum::body::Body>())
 }

@@ -15,7 +15,6 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::middleware::Next;
 use axum::response::Response;
 use bytes::Bytes;
 use http_body::Frame;
@@ -138,17 +137,23 @@ impl Default for GrpcMetrics {
     }
 }
 
-/// The middleware: counts the call's start, and its end with its code.
-pub async fn count_calls(request: Request, next: Next) -> Response {
+/// Counts the call's start, and its end with its code, around `inner`
+/// (the rest of the client port's middleware and the service: see
+/// `api::learner::gate_and_count`).
+pub async fn count_around<F, Answer>(request: Request, inner: F) -> Response
+where
+    F: FnOnce(Request) -> Answer,
+    Answer: std::future::Future<Output = Response>,
+{
     if !cfg!(feature = "metrics") {
-        return next.run(request).await;
+        return inner(request).await;
     }
     let counters = super::metrics().grpc.methods.get(request.uri().path());
     let Some(counters) = counters else {
-        return next.run(request).await;
+        return inner(request).await;
     };
     counters.started.inc();
-    let response = next.run(request).await;
+    let response = inner(request).await;
     let code_in_headers = grpc_status(response.headers());
     response.map(|body| {
         Body::new(CountedBody {

@@ -187,8 +187,10 @@ async fn serve_clients(
     .add_service(AuthServer::new(AuthService { member: member_of() }).max_decoding_message_size(max_decoding))
     .add_service(health_service)
     .into_axum_router()
-    .layer(axum::middleware::from_fn_with_state(member_of(), learner::gate))
-    .layer(axum::middleware::from_fn(crate::metrics::grpc::count_calls))
+    .layer(axum::middleware::from_fn_with_state(
+        member_of(),
+        learner::gate_and_count,
+    ))
     .merge(http::routes(member_of()));
     for url in config::urls(&member.config.listen_client_urls) {
         let tls = tls_for(&url, || member.config.tls.client_server_config())?;
