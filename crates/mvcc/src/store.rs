@@ -412,13 +412,7 @@ impl Store {
         self.check_usable()?;
         let state = self.state.read();
         let db = self.db.read();
-        range::range(
-            request,
-            &state.index,
-            state.current_revision,
-            state.compact_revision,
-            |revision| load_through(&db, &state.batch, revision),
-        )
+        StoreView { state: &state, db: &db }.range(request)
     }
 
     /// A read-only txn (every operation a range: see

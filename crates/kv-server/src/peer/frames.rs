@@ -61,7 +61,7 @@ pub fn parse_hello(hello: &[u8; HELLO_BYTES]) -> Option<u64> {
     (hello[..8] == RAFT_MAGIC).then(|| u64::from_le_bytes(hello[8..].try_into().expect("8 bytes")))
 }
 
-/// Appends each message to `out` as one frame.
+/// Appends `message` to `out` as one frame.
 pub fn encode(message: &Message, out: &mut Vec<u8>) {
     let length = message.compute_size();
     out.extend_from_slice(&length.to_le_bytes());
@@ -136,27 +136,21 @@ impl FrameReader {
     }
 
     /// Bytes the frame at `start` needs in all, if its length is known.
+    /// An oversized frame is refused by `parse`, not allocated for.
     fn wanted(&self) -> usize {
-        let rest = &self.buffer[self.start..self.end];
-        if rest.len() < 4 {
-            return 0;
+        match frame_length(&self.buffer[self.start..self.end]) {
+            Some(length) if length <= PEER_MESSAGE_BYTES_MAX => 4 + length,
+            _ => 0,
         }
-        let length = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
-        // An oversized frame is refused by `parse`, not allocated for.
-        if length > PEER_MESSAGE_BYTES_MAX {
-            return 0;
-        }
-        4 + length
     }
 
     fn parse(&mut self) -> io::Result<Vec<Message>> {
         let mut messages = Vec::new();
         loop {
             let rest = &self.buffer[self.start..self.end];
-            if rest.len() < 4 {
+            let Some(length) = frame_length(rest) else {
                 return Ok(messages);
-            }
-            let length = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+            };
             if length > PEER_MESSAGE_BYTES_MAX {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "raft frame too large"));
             }
@@ -169,6 +163,12 @@ impl FrameReader {
             self.start += 4 + length;
         }
     }
+}
+
+/// The length a frame starting at `bytes` declares, once its prefix is in.
+fn frame_length(bytes: &[u8]) -> Option<usize> {
+    let prefix: [u8; 4] = bytes.get(..4)?.try_into().expect("4 bytes");
+    Some(u32::from_le_bytes(prefix) as usize)
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 //!   written by the raft loop itself, bounded, lossy under overload as
 //!   raft allows.
 //! - [`frames`]: the raft stream's wire format.
-//! - [`receive`]: peers' raft streams read, a thread each, into the
-//!   raft loop.
+//! - [`receive`]: peers' raft streams read, a runtime task each, into
+//!   the raft loop.
 //! - [`snapshot_send`]: the store streamed to a peer as a file.
 //! - [`snapshot_receive`]: a snapshot from the leader, kept as a pending
 //!   file before raft hears of it.
