@@ -48,7 +48,7 @@ max_rss_kb() {  # dir
     echo "$max"
 }
 
-# After `bench`: sets QPS, P99 (seconds) and CPU (the members' µs per
+# After `bench`: sets QPS, AVG and P99 (seconds) and CPU (the members' µs per
 # request) of the run ($REPORT, $MEMBERS) of REQUESTS requests; stops the
 # script, printing the report, if the benchmark saw any error. Call it
 # directly, not in a subshell, so that the stop stops the script.
@@ -60,6 +60,7 @@ bench_figures() {  # label requests
     fi
     QPS=$(echo "$REPORT" | awk '/Requests\/sec:/ {print $2}')
     P99=$(echo "$REPORT" | awk '/ 99% in/ {print $3}')
+    AVG=$(echo "$REPORT" | awk '/Average:/ {print $2}')
     CPU=$(awk -v t="$MEMBERS" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
 }
 
