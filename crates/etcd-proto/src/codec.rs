@@ -11,7 +11,9 @@
 use std::marker::PhantomData;
 
 use tonic::codec::{BufferSettings, Codec};
-use tonic_prost::{ProstDecoder, ProstEncoder};
+use tonic::codec::{EncodeBuf, Encoder};
+use tonic::Status;
+use tonic_prost::ProstDecoder;
 
 /// Bytes each call's encode and decode buffers start with: a put of an
 /// 8-byte key and a 256-byte value with its gRPC frame, or a point
@@ -43,14 +45,37 @@ where
 {
     type Encode = T;
     type Decode = U;
-    type Encoder = ProstEncoder<T>;
+    type Encoder = ReservingEncoder<T>;
     type Decoder = ProstDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::new(settings())
+        ReservingEncoder(PhantomData)
     }
 
     fn decoder(&mut self) -> Self::Decoder {
         ProstDecoder::new(settings())
+    }
+}
+
+/// prost's encoder, reserving a message's whole length before writing
+/// it. Without the reservation the buffer grows by doubling as the
+/// message is written, so a 30 MB Range answer (100,000 key-values) was
+/// copied about twice over and its pages faulted in several times: a
+/// fifth of that range's CPU.
+#[derive(Debug, Clone, Copy)]
+pub struct ReservingEncoder<T>(PhantomData<T>);
+
+impl<T: prost::Message> Encoder for ReservingEncoder<T> {
+    type Item = T;
+    type Error = Status;
+
+    fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        buf.reserve(item.encoded_len());
+        item.encode(buf)
+            .map_err(|error| Status::internal(format!("encoding a response: {error}")))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        settings()
     }
 }

@@ -109,6 +109,11 @@ impl Model {
         if request.keys_only {
             kvs.iter_mut().for_each(|kv| kv.value.clear());
         }
+        // etcd 3.7 answers a keys-only range not sorted by value from its
+        // index, which holds no leases: the key-values carry none.
+        if request.keys_only && request.sort_target != SortTarget::Value {
+            kvs.iter_mut().for_each(|kv| kv.lease = 0);
+        }
         if request.count_only {
             return Ok(RangeResponse {
                 revision: view,

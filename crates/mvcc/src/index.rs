@@ -102,10 +102,23 @@ impl TreeIndex {
     /// Calls `visit(key, revision)` for every key in the range that existed
     /// at `at`, in key order, until `visit` returns false.
     pub fn visit(&self, key: &[u8], end: RangeEnd<'_>, at: i64, mut visit: impl FnMut(&[u8], Revision) -> bool) {
+        self.visit_histories(key, end, at, |candidate, _, revision| visit(candidate, revision));
+    }
+
+    /// [`TreeIndex::visit`], passing each key's history as well.
+    pub fn visit_histories(
+        &self,
+        key: &[u8],
+        end: RangeEnd<'_>,
+        at: i64,
+        mut visit: impl FnMut(&[u8], &KeyIndex, Revision) -> bool,
+    ) {
         let upper = match end {
             RangeEnd::Single => {
-                if let Some(revision) = self.get(key, at) {
-                    visit(key, revision);
+                if let Some(history) = self.keys.get(key) {
+                    if let Some(revision) = history.get(at) {
+                        visit(key, history, revision);
+                    }
                 }
                 return;
             }
@@ -115,11 +128,31 @@ impl TreeIndex {
         };
         for (candidate, history) in self.keys.range::<[u8], _>((Bound::Included(key), upper)) {
             if let Some(revision) = history.get(at) {
-                if !visit(candidate, revision) {
+                if !visit(candidate, history, revision) {
                     return;
                 }
             }
         }
+    }
+
+    /// How many keys in `from..to` exist at `at`, if that takes at most
+    /// `steps_max` index entries to find out.
+    pub fn count_between(&self, from: &[u8], to: &[u8], at: i64, steps_max: usize) -> Option<i64> {
+        if to <= from {
+            return Some(0);
+        }
+        let mut count = 0;
+        for (steps, (_, history)) in self
+            .keys
+            .range::<[u8], _>((Bound::Included(from), Bound::Excluded(to)))
+            .enumerate()
+        {
+            if steps >= steps_max {
+                return None;
+            }
+            count += i64::from(history.get(at).is_some());
+        }
+        Some(count)
     }
 
     /// Compacts every history at `at`. Returns the stored revisions that no

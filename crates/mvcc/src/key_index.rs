@@ -193,6 +193,28 @@ impl KeyIndex {
         }
     }
 
+    /// The create revision and version of the key's value at `at`, as
+    /// [`KeyIndex::generation`] derives them now, if the index knows them
+    /// (the key existed at `at`, its generation's start is at most
+    /// [`GENERATION_SCAN_SLOTS_MAX`] slots back and not compacted away).
+    pub fn generation_at(&self, at: i64) -> Option<(i64, i64)> {
+        let end = self.history.partition_point(|slot| slot.main() <= at);
+        if end == 0 || self.history[end - 1].is_tombstone() {
+            return None;
+        }
+        let scanned = end.min(GENERATION_SCAN_SLOTS_MAX);
+        let start = match self.history[end - scanned..end]
+            .iter()
+            .rposition(|slot| slot.is_tombstone())
+        {
+            Some(tombstone) => end - scanned + tombstone + 1,
+            None if scanned == end => 0,
+            None => return None,
+        };
+        let head = self.history[start];
+        (!head.is_compacted_head()).then(|| (head.main(), (end - start) as i64))
+    }
+
     /// The newest revision, whether or not it is a tombstone.
     pub fn latest(&self) -> Option<Slot> {
         self.history.last().copied()

@@ -8,6 +8,7 @@
 //! - [`key_index`]: one key's history of revisions (generations, tombstones).
 //! - [`index`]: every key's history, ordered by key; range visits, compaction.
 //! - [`range`]: limit, filters, sort, count and `more`, in etcd's order.
+//! - [`count_cache`]: counts of recent limited ranges, for paginated lists.
 //! - [`lease`]: leases' TTLs and the keys attached to each.
 //! - [`txn`]: compares and branch execution, against the traits only.
 //! - [`validate`]: etcd's request checks, including the duplicate-key rule.
@@ -65,6 +66,7 @@
 //! segments.
 
 pub mod block;
+pub mod count_cache;
 pub mod defrag;
 pub mod error;
 pub mod hash;

@@ -12,11 +12,20 @@
 //!    sorting by key ascending is the fetch order already.
 //! 4. Cut to `limit`; `more` says whether anything was cut.
 //! 5. `keys_only` drops values; `count_only` drops the key-values.
+//!
+//! As etcd 3.7 does, a keys-only range not sorted by value is answered
+//! from the index: key, create and mod revisions and version, with no
+//! value and no lease (the index does not hold leases). Only keys whose
+//! generation the index cannot derive (see key_index.rs) are loaded.
+//! Every other range loads its values in one pass over the stored blocks
+//! (`records::load_sorted`).
 
 use std::cmp::Ordering;
 
+use crate::count_cache::{CountCache, COUNT_GAP_STEPS_MAX};
 use crate::error::{Error, Result};
 use crate::index::{RangeEnd, TreeIndex};
+use crate::key_index::KeyIndex;
 use crate::key_value::KeyValue;
 use crate::request::{RangeRequest, RangeResponse, SortOrder, SortTarget};
 use crate::revision::Revision;
@@ -36,13 +45,25 @@ pub fn read_revision(requested: i64, view: i64, compact: i64) -> Result<i64> {
     Ok(requested)
 }
 
-/// Answers `request` from `index`, loading values with `load`.
+/// What one key of a range becomes: a key-value the index answered
+/// alone, or a revision to load.
+enum Fetched {
+    Ready(KeyValue),
+    Load(Revision),
+}
+
+/// Answers `request` from `index`, loading values with `load`, which
+/// takes revisions in ascending key order and returns their key-values in
+/// the same order. With `counts`, a limited range's `count` comes from the
+/// count of a nearby start (see count_cache.rs) instead of a walk to the
+/// end of the range.
 pub fn range(
     request: &RangeRequest,
     index: &TreeIndex,
     view: i64,
     compact: i64,
-    mut load: impl FnMut(Revision) -> Result<KeyValue>,
+    counts: Option<&CountCache>,
+    load: impl FnOnce(&[Revision]) -> Result<Vec<KeyValue>>,
 ) -> Result<RangeResponse> {
     if request.key.is_empty() {
         return Err(Error::EmptyKey);
@@ -61,16 +82,26 @@ pub fn range(
         limit if limit > 0 && request.sort_order == SortOrder::None && !filtered => limit as usize + 1,
         _ => usize::MAX,
     };
+    // As etcd 3.7: keys-only needs no value, so the index answers it.
+    let from_index = request.keys_only && request.sort_target != SortTarget::Value;
+    let end = RangeEnd::parse(&request.range_end);
+    let paged = fetch_limit != usize::MAX && !request.count_only && end != RangeEnd::Single;
+    let counts = counts.filter(|_| paged);
+    let known_count = counts.and_then(|counts| count_from_cache(counts, index, request, at));
 
-    let mut revisions = Vec::new();
+    let mut fetched = Vec::new();
     let mut count: i64 = 0;
-    index.visit(&request.key, RangeEnd::parse(&request.range_end), at, |_, revision| {
+    index.visit_histories(&request.key, end, at, |key, history, revision| {
         count += 1;
-        if revisions.len() < fetch_limit && !request.count_only {
-            revisions.push(revision);
+        if fetched.len() < fetch_limit && !request.count_only {
+            fetched.push(fetch(from_index, key, history, revision));
         }
-        true
+        known_count.is_none() || fetched.len() < fetch_limit
     });
+    let count = known_count.unwrap_or(count);
+    if let Some(counts) = counts {
+        counts.record(&request.key, &request.range_end, at, count);
+    }
     let mut response = RangeResponse {
         revision: view,
         kvs: Vec::new(),
@@ -81,10 +112,7 @@ pub fn range(
         return Ok(response);
     }
 
-    let mut kvs = Vec::with_capacity(revisions.len());
-    for revision in revisions {
-        kvs.push(load(revision)?);
-    }
+    let mut kvs = resolve(fetched, from_index, load)?;
     if filtered {
         kvs.retain(|kv| passes_filters(request, kv));
     }
@@ -104,6 +132,73 @@ pub fn range(
     }
     response.kvs = kvs;
     Ok(response)
+}
+
+/// The count of `request`'s range at `at`, from the cached count of a
+/// nearby start, if there is one close enough.
+fn count_from_cache(counts: &CountCache, index: &TreeIndex, request: &RangeRequest, at: i64) -> Option<i64> {
+    let (start, cached) = counts.lookup(&request.range_end, at)?;
+    if start.as_slice() <= request.key.as_slice() {
+        let between = index.count_between(&start, &request.key, at, COUNT_GAP_STEPS_MAX)?;
+        Some(cached - between)
+    } else {
+        let between = index.count_between(&request.key, &start, at, COUNT_GAP_STEPS_MAX)?;
+        Some(cached + between)
+    }
+}
+
+/// One key of the range: from the index alone when it knows the key's
+/// create revision and version (the key-value etcd 3.7 answers a
+/// keys-only range with: no value, no lease), else its revision to load.
+fn fetch(from_index: bool, key: &[u8], history: &KeyIndex, revision: Revision) -> Fetched {
+    if !from_index {
+        return Fetched::Load(revision);
+    }
+    match history.generation_at(revision.main) {
+        Some((create_revision, version)) => Fetched::Ready(KeyValue {
+            key: key.to_vec(),
+            create_revision,
+            mod_revision: revision.main,
+            version,
+            value: Vec::new(),
+            lease: 0,
+        }),
+        None => Fetched::Load(revision),
+    }
+}
+
+/// The fetched key-values, loading those the index could not answer.
+fn resolve(
+    fetched: Vec<Fetched>,
+    from_index: bool,
+    load: impl FnOnce(&[Revision]) -> Result<Vec<KeyValue>>,
+) -> Result<Vec<KeyValue>> {
+    let wanted: Vec<Revision> = fetched
+        .iter()
+        .filter_map(|entry| match entry {
+            Fetched::Load(revision) => Some(*revision),
+            Fetched::Ready(_) => None,
+        })
+        .collect();
+    let mut loaded = load(&wanted)?.into_iter();
+    let mut kvs = Vec::with_capacity(fetched.len());
+    for entry in fetched {
+        let kv = match entry {
+            Fetched::Ready(kv) => kv,
+            Fetched::Load(_) => {
+                let mut kv = loaded
+                    .next()
+                    .ok_or_else(|| Error::Storage("a load came back short".into()))?;
+                if from_index {
+                    kv.value = Vec::new();
+                    kv.lease = 0;
+                }
+                kv
+            }
+        };
+        kvs.push(kv);
+    }
+    Ok(kvs)
 }
 
 fn passes_filters(request: &RangeRequest, kv: &KeyValue) -> bool {

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{RwLock, RwLockWriteGuard};
 
 use crate::block::Record;
+use crate::count_cache::CountCache;
 use crate::defrag;
 use crate::error::{Error, Result};
 use crate::hash::{Hasher, KeyValueHash, COMPACTION_HASHES_KEPT};
@@ -154,6 +155,8 @@ struct State {
     compaction_hashes: VecDeque<KeyValueHash>,
     /// Applied writes sled does not have yet (see the module docs).
     batch: Batch,
+    /// Counts of recent limited ranges (see count_cache.rs).
+    counts: CountCache,
     /// The raised alarms, as stored under `META_ALARMS`.
     alarms: BTreeSet<Alarm>,
     /// The membership record, as stored under `META_MEMBERSHIP`.
@@ -349,6 +352,7 @@ impl Store {
                 consistent_index,
                 compaction_hashes: VecDeque::new(),
                 batch: Batch::default(),
+                counts: CountCache::default(),
                 alarms,
                 membership,
                 auth,
@@ -846,6 +850,7 @@ impl Store {
             consistent_index,
             compaction_hashes: VecDeque::new(),
             batch: Batch::default(),
+            counts: CountCache::default(),
             alarms,
             membership: self.db.read().get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec()),
             auth: self.db.read().get(META_AUTH)?.map(|bytes| bytes.to_vec()),
@@ -1003,6 +1008,25 @@ fn load_through(db: &sled::Db, batch: &Batch, revision: Revision) -> Result<KeyV
     }
 }
 
+/// The stored key-values at `revisions`, in their order: those the open
+/// batch wrote from it, the rest from sled in one sorted pass.
+fn load_many(db: &sled::Db, batch: &Batch, revisions: &[Revision]) -> Result<Vec<KeyValue>> {
+    let mut kvs: Vec<Option<KeyValue>> = vec![None; revisions.len()];
+    let mut stored = Vec::new();
+    for (position, revision) in revisions.iter().enumerate() {
+        match batch.pending.get(revision) {
+            Some(&record) => kvs[position] = Some(records::decode(&batch.records[record].value)?),
+            None => stored.push((*revision, position)),
+        }
+    }
+    stored.sort_unstable();
+    let sorted: Vec<Revision> = stored.iter().map(|(revision, _)| *revision).collect();
+    records::load_sorted(db, &sorted, |at, kv| kvs[stored[at].1] = Some(kv))?;
+    kvs.into_iter()
+        .map(|kv| kv.ok_or_else(|| records::corrupt("indexed revision missing")))
+        .collect()
+}
+
 /// [`records::visit`] over sled as the open batch changes it: its
 /// compactions' rewrites, then its own revisions (all newer than sled's).
 fn visit_through(
@@ -1125,7 +1149,8 @@ impl ReadView for StoreView<'_> {
             &self.state.index,
             self.state.current_revision,
             self.state.compact_revision,
-            |revision| load_through(self.db, &self.state.batch, revision),
+            Some(&self.state.counts),
+            |revisions| load_many(self.db, &self.state.batch, revisions),
         )
     }
 
@@ -1205,7 +1230,8 @@ impl ReadView for StoreTxn<'_> {
             &self.state.index,
             self.revision(),
             self.state.compact_revision,
-            |revision| self.load(revision),
+            None,
+            |revisions| load_many(self.db, self.batch, revisions),
         )
     }
 

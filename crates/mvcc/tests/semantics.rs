@@ -871,3 +871,119 @@ fn reads_through_the_open_batch_match_reads_from_sled() {
     assert_eq!(reopened, open);
     assert_eq!(store.consistent_index(), 7);
 }
+
+// Goal: a paginated list as kube-apiserver makes it (a limit, each page
+// after the last key of the one before, all at the first page's
+// revision) gets exact `count` and `more` on every page, while writes,
+// deletes and a compaction below that revision go on between pages, and
+// also when a page goes back to an earlier start (the count cache
+// counted forward and back).
+#[test]
+fn paginated_counts_stay_exact_while_the_store_changes() {
+    let mut h = Harness::new();
+    for i in 0..3000 {
+        h.ok(put(&format!("k{i:05}"), "v"));
+    }
+    h.ok(delete("k00100", b"k00200"));
+    let at = h.store.current_revision();
+    let total = |h: &Harness, from: &[u8]| {
+        h.range(RangeRequest {
+            key: from.to_vec(),
+            range_end: b"l".to_vec(),
+            revision: at,
+            count_only: true,
+            ..RangeRequest::default()
+        })
+        .unwrap()
+        .count
+    };
+    let page = |h: &Harness, from: &[u8]| {
+        h.range(RangeRequest {
+            key: from.to_vec(),
+            range_end: b"l".to_vec(),
+            revision: at,
+            limit: 250,
+            ..RangeRequest::default()
+        })
+        .unwrap()
+    };
+    let mut from = b"k".to_vec();
+    let mut pages = Vec::new();
+    loop {
+        let response = page(&h, &from);
+        assert_eq!(response.count, total(&h, &from), "count from {from:?}");
+        assert_eq!(response.more, response.count > 250);
+        pages.push(from.clone());
+        // Changes between pages, none visible at `at`.
+        h.ok(put(&format!("k{:05}", pages.len() * 7), "later"));
+        h.ok(delete(&format!("k{:05}", pages.len() * 11 + 1), b""));
+        let Some(last) = response.kvs.last() else { break };
+        if !response.more {
+            break;
+        }
+        from = last.key.clone();
+        from.push(0);
+    }
+    assert_eq!(pages.len(), 12, "2,900 keys in pages of 250");
+    h.ok(WriteRequest::Compaction(CompactionRequest { revision: at }));
+    for from in pages.iter().rev() {
+        assert_eq!(page(&h, from).count, total(&h, from), "going back to {from:?}");
+    }
+}
+
+// Goal: a keys-only range is answered as etcd 3.7 answers it from its
+// index: key, create and mod revisions and version exact, no value, no
+// lease; sorted by value it still reads the values (and keeps the lease).
+#[test]
+fn keys_only_comes_from_the_index() {
+    let mut h = Harness::new();
+    h.ok(WriteRequest::LeaseGrant(LeaseGrantRequest { id: 7, ttl: 60 }));
+    h.ok(put("a", "1"));
+    h.ok(put("a", "2"));
+    h.ok(WriteRequest::Put(PutRequest {
+        key: b"b".to_vec(),
+        value: b"3".to_vec(),
+        lease: 7,
+        ..PutRequest::default()
+    }));
+    h.ok(delete("a", b""));
+    h.ok(put("a", "4"));
+    let full = h
+        .range(RangeRequest {
+            key: b"a".to_vec(),
+            range_end: b"c".to_vec(),
+            ..RangeRequest::default()
+        })
+        .unwrap();
+    let keys_only = h
+        .range(RangeRequest {
+            key: b"a".to_vec(),
+            range_end: b"c".to_vec(),
+            keys_only: true,
+            ..RangeRequest::default()
+        })
+        .unwrap();
+    assert_eq!(keys_only.count, 2);
+    for (kv, whole) in keys_only.kvs.iter().zip(&full.kvs) {
+        assert_eq!(
+            (&kv.key, kv.create_revision, kv.mod_revision, kv.version),
+            (&whole.key, whole.create_revision, whole.mod_revision, whole.version)
+        );
+        assert!(kv.value.is_empty());
+        assert_eq!(kv.lease, 0);
+    }
+    assert_eq!((full.kvs[0].version, full.kvs[1].lease), (1, 7));
+    let by_value = h
+        .range(RangeRequest {
+            key: b"a".to_vec(),
+            range_end: b"c".to_vec(),
+            keys_only: true,
+            sort_target: SortTarget::Value,
+            sort_order: SortOrder::Descend,
+            ..RangeRequest::default()
+        })
+        .unwrap();
+    assert_eq!(by_value.kvs[0].key, b"a".to_vec(), "value 4 sorts above 3");
+    assert_eq!(by_value.kvs[1].lease, 7);
+    assert!(by_value.kvs.iter().all(|kv| kv.value.is_empty()));
+}
