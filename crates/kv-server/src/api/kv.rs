@@ -1,4 +1,5 @@
-//! etcd's `KV` service: Range, Put, DeleteRange, Txn, Compact.
+//! etcd's `KV` service: Range, RangeStream (range_stream.rs), Put,
+//! DeleteRange, Txn, Compact.
 //!
 //! Writes are checked as etcd checks them before proposing, then go to the
 //! member core, which answers once the entry has applied on this member.
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use crate::api::errors::store_status;
+use crate::api::range_stream::{range_stream, RangeStream};
 use crate::auth::perms::Access;
 use crate::auth::Caller;
 use crate::error::RequestError;
@@ -75,6 +77,13 @@ impl KvService {
 
 #[tonic::async_trait]
 impl Kv for KvService {
+    type RangeStreamStream = RangeStream;
+
+    /// etcd 3.7's chunked range (see range_stream.rs).
+    async fn range_stream(&self, request: Request<pb::RangeRequest>) -> Result<Response<RangeStream>, Status> {
+        range_stream(&self.member, request).await
+    }
+
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
         let touch = (
             &request.get_ref().key[..],

@@ -3,7 +3,8 @@
 //! request as etcd does, call the core, shape the answer.
 //!
 //! - [`kv`], [`lease`], [`cluster`], [`maintenance`], [`watch`],
-//!   [`auth`]: etcd's client services.
+//!   [`auth`]: etcd's client services; [`range_stream`]: etcd 3.7's
+//!   chunked range, part of `kv`.
 //! - [`http`]: `/version` and `/metrics`; [`health`]: `/health`,
 //!   `/livez` and `/readyz`.
 //! - [`learner`]: what a learner refuses, as etcd's interceptors do.
@@ -21,4 +22,5 @@ pub mod learner;
 pub mod lease;
 pub mod maintenance;
 pub mod peer;
+pub mod range_stream;
 pub mod watch;

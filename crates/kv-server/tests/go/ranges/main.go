@@ -1,0 +1,375 @@
+// ranges: etcd's Go client v3.7.3 against two servers, for RangeStream.
+//
+//	ranges compare ETCD_ENDPOINT KV_ENDPOINT
+//	    Makes the same history on both (fresh single-member servers), then
+//	    asks both a table of ranges, each by Range and by RangeStream
+//	    merged as the client merges it. On each server the merged stream
+//	    must equal Range (header included); across the servers the answers
+//	    must be equal but for the header's cluster, member and term, and
+//	    errors must have the same code and message. Ends with
+//	    "cases=N mismatches=M" and exits 1 on any mismatch.
+//	ranges time ENDPOINT MODE
+//	    One timed read of every key (FromKey "\x00"), serializable, for
+//	    the scale benchmark. MODE is range100k (the first 100,000 keys),
+//	    list (pages of 500 after the last key, at the first page's
+//	    revision, as kube-apiserver lists), keys (keys-only), count
+//	    (count-only) or stream (RangeStream, chunks counted and dropped).
+//	    Prints "MODE seconds=S keys=K pages=P" and checks count and more.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+func main() {
+	if len(os.Args) == 4 && os.Args[1] == "compare" {
+		os.Exit(compare(os.Args[2], os.Args[3]))
+	}
+	if len(os.Args) == 4 && os.Args[1] == "time" {
+		os.Exit(timed(os.Args[2], os.Args[3]))
+	}
+	fmt.Fprintln(os.Stderr, "usage: ranges compare ETCD KV | ranges time ENDPOINT MODE")
+	os.Exit(2)
+}
+
+func dial(endpoint, user, password string) *clientv3.Client {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:          []string{endpoint},
+		DialTimeout:        5 * time.Second,
+		Username:           user,
+		Password:           password,
+		MaxCallRecvMsgSize: 1 << 30,
+		Logger:             zap.NewNop(),
+	})
+	if err != nil {
+		fail("dial %s: %v", endpoint, err)
+	}
+	return cli
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "ranges: "+format+"\n", args...)
+	os.Exit(2)
+}
+
+func ctx() context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	time.AfterFunc(61*time.Second, cancel)
+	return c
+}
+
+// history writes the same keys, overwrites, a delete, a leased key and a
+// compaction on a fresh server.
+func history(cli *clientv3.Client) {
+	for i := 0; i < 25; i++ {
+		must(cli.Put(ctx(), fmt.Sprintf("k%02d", i), fmt.Sprintf("v%d", i)))
+	}
+	must(cli.Put(ctx(), "k05", "again"))
+	must(cli.Delete(ctx(), "k07"))
+	must(cli.Put(ctx(), "k07", "reborn"))
+	lease := pb.NewLeaseClient(cli.ActiveConnection())
+	if _, err := lease.LeaseGrant(ctx(), &pb.LeaseGrantRequest{TTL: 3600, ID: 0x5eed}); err != nil {
+		fail("lease grant: %v", err)
+	}
+	must(cli.Put(ctx(), "k24", "leased", clientv3.WithLease(0x5eed)))
+	must(cli.Compact(ctx(), 10, clientv3.WithCompactPhysical()))
+}
+
+func must[T any](_ T, err error) {
+	if err != nil {
+		fail("%v", err)
+	}
+}
+
+type rangeCase struct {
+	name string
+	key  string
+	opts []clientv3.OpOption
+}
+
+// etcd 3.7.3 sorts each chunk of a stream with a sort target but no
+// order, so past its first chunk its stream differs from its Range;
+// kv-server's stream must give the Range answer for these cases.
+var etcdStreamSortsChunks = map[string]bool{
+	"create target, no order":          true,
+	"value target, no order, limit 10": true,
+}
+
+func cases() []rangeCase {
+	all := func(extra ...clientv3.OpOption) []clientv3.OpOption {
+		return append([]clientv3.OpOption{clientv3.WithRange("l")}, extra...)
+	}
+	c := []rangeCase{
+		{"single key", "k03", nil},
+		{"missing key", "nope", nil},
+		{"from key", "k2", []clientv3.OpOption{clientv3.WithFromKey()}},
+		{"prefix", "k1", []clientv3.OpOption{clientv3.WithPrefix()}},
+		{"empty range", "a", []clientv3.OpOption{clientv3.WithRange("b")}},
+		{"every key", "\x00", []clientv3.OpOption{clientv3.WithFromKey()}},
+	}
+	for _, limit := range []int64{0, 1, 5, 10, 11, 24, 25, 100} {
+		c = append(c, rangeCase{fmt.Sprintf("limit %d", limit), "k00", all(clientv3.WithLimit(limit))})
+	}
+	for _, rev := range []int64{10, 12, 26, 27, 29} {
+		c = append(c,
+			rangeCase{fmt.Sprintf("revision %d", rev), "k00", all(clientv3.WithRev(rev))},
+			rangeCase{fmt.Sprintf("revision %d limit 7", rev), "k00", all(clientv3.WithRev(rev), clientv3.WithLimit(7))})
+	}
+	c = append(c,
+		rangeCase{"keys-only", "k00", all(clientv3.WithKeysOnly())},
+		rangeCase{"keys-only limit 12", "k00", all(clientv3.WithKeysOnly(), clientv3.WithLimit(12))},
+		rangeCase{"keys-only revision 26", "k00", all(clientv3.WithKeysOnly(), clientv3.WithRev(26))},
+		rangeCase{"count-only", "k00", all(clientv3.WithCountOnly())},
+		rangeCase{"count-only limit 1", "k00", all(clientv3.WithCountOnly(), clientv3.WithLimit(1))},
+		rangeCase{"serializable", "k00", all(clientv3.WithSerializable(), clientv3.WithLimit(13))},
+		rangeCase{"ascending by key", "k00", all(clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(3))},
+		rangeCase{"create target, no order", "k00", all(clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortNone))},
+		rangeCase{"value target, no order, limit 10", "k00", all(clientv3.WithSort(clientv3.SortByValue, clientv3.SortNone), clientv3.WithLimit(10))},
+		rangeCase{"version target, no order, limit 3", "k00", all(clientv3.WithSort(clientv3.SortByVersion, clientv3.SortNone), clientv3.WithLimit(3))},
+		rangeCase{"descending", "k00", all(clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend))},
+		rangeCase{"ascending by mod", "k00", all(clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortAscend))},
+		rangeCase{"min mod revision", "k00", all(clientv3.WithMinModRev(20))},
+		rangeCase{"compacted revision", "k00", all(clientv3.WithRev(5))},
+		rangeCase{"future revision", "k00", all(clientv3.WithRev(1000))},
+		rangeCase{"empty key", "", nil},
+	)
+	return c
+}
+
+// answer is one way of asking, normalized for comparison across servers.
+type answer struct {
+	response *pb.RangeResponse
+	err      string
+}
+
+func (a answer) String() string {
+	if a.err != "" {
+		return "error " + a.err
+	}
+	return fmt.Sprintf("%v", a.response)
+}
+
+func errorText(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return fmt.Sprintf("%s: %s", s.Code(), s.Message())
+	}
+	return err.Error()
+}
+
+func ask(cli *clientv3.Client, c rangeCase, stream bool) answer {
+	if !stream {
+		resp, err := cli.Get(ctx(), c.key, c.opts...)
+		if err != nil {
+			return answer{err: errorText(err)}
+		}
+		return answer{response: (*pb.RangeResponse)(resp)}
+	}
+	ch, err := cli.GetStream(ctx(), c.key, c.opts...)
+	if err != nil {
+		return answer{err: errorText(err)}
+	}
+	resp, err := clientv3.GetStreamToGetResponse(ch)
+	if err != nil {
+		return answer{err: errorText(err)}
+	}
+	return answer{response: (*pb.RangeResponse)(resp)}
+}
+
+// acrossServers drops what differs between two clusters' headers.
+func acrossServers(a answer) answer {
+	if a.response == nil {
+		return a
+	}
+	r := proto.Clone(a.response).(*pb.RangeResponse)
+	if r.Header != nil {
+		r.Header.ClusterId, r.Header.MemberId, r.Header.RaftTerm = 0, 0, 0
+	}
+	return answer{response: r}
+}
+
+func same(a, b answer) bool {
+	if a.err != "" || b.err != "" {
+		return a.err == b.err
+	}
+	return proto.Equal(a.response, b.response)
+}
+
+func compare(etcdEndpoint, kvEndpoint string) int {
+	servers := map[string]*clientv3.Client{"etcd": dial(etcdEndpoint, "", ""), "kv-server": dial(kvEndpoint, "", "")}
+	for _, cli := range servers {
+		history(cli)
+	}
+	mismatches, total := 0, 0
+	report := func(name, what string, a, b answer) {
+		mismatches++
+		fmt.Printf("MISMATCH %s: %s\n  %s\n  %s\n", name, what, a, b)
+	}
+	for _, c := range cases() {
+		total++
+		got := map[string][2]answer{}
+		for name, cli := range servers {
+			got[name] = [2]answer{ask(cli, c, false), ask(cli, c, true)}
+		}
+		for name, pair := range got {
+			streamable := !strings.HasPrefix(pair[1].err, "Unimplemented")
+			if name == "etcd" && etcdStreamSortsChunks[c.name] {
+				continue
+			}
+			if streamable && !same(pair[0], pair[1]) {
+				report(c.name, name+": stream differs from range", pair[0], pair[1])
+			}
+		}
+		for i, how := range []string{"range", "stream"} {
+			expected := got["etcd"][i]
+			if etcdStreamSortsChunks[c.name] {
+				expected = got["etcd"][0]
+			}
+			e, k := acrossServers(expected), acrossServers(got["kv-server"][i])
+			if !same(e, k) {
+				report(c.name, how+": kv-server differs from etcd", e, k)
+			}
+		}
+		if resp := got["kv-server"][1].response; resp != nil && strings.HasPrefix(c.name, "keys-only") {
+			for _, kv := range resp.Kvs {
+				if kv.Lease != 0 || len(kv.Value) != 0 {
+					report(c.name, "keys-only carries a value or lease", got["kv-server"][1], answer{})
+				}
+			}
+		}
+	}
+	// 25 keys come in more than one chunk (the first holds ten), as etcd's.
+	for name, cli := range servers {
+		total++
+		ch, err := cli.GetStream(ctx(), "k00", clientv3.WithRange("l"))
+		chunks := 0
+		for err == nil {
+			chunk, ok := <-ch
+			if !ok {
+				break
+			}
+			err = chunk.Err()
+			chunks++
+		}
+		if err != nil || chunks < 2 {
+			report("chunks", fmt.Sprintf("%s: %d chunks for 25 keys", name, chunks), answer{err: fmt.Sprint(err)}, answer{})
+		}
+	}
+	mismatches += comparePermissions(etcdEndpoint, kvEndpoint, &total)
+	fmt.Printf("cases=%d mismatches=%d\n", total, mismatches)
+	if mismatches > 0 {
+		return 1
+	}
+	return 0
+}
+
+// comparePermissions turns auth on in both servers with a user who may
+// read [k00, k10) only, and compares a permitted and a denied stream.
+func comparePermissions(etcdEndpoint, kvEndpoint string, total *int) int {
+	mismatches := 0
+	answers := map[string][2]answer{}
+	for name, endpoint := range map[string]string{"etcd": etcdEndpoint, "kv-server": kvEndpoint} {
+		cli := dial(endpoint, "", "")
+		must(cli.UserAdd(ctx(), "root", "rootpw"))
+		must(cli.UserGrantRole(ctx(), "root", "root"))
+		must(cli.RoleAdd(ctx(), "reader"))
+		must(cli.RoleGrantPermission(ctx(), "reader", "k00", "k10", clientv3.PermissionType(clientv3.PermRead)))
+		must(cli.UserAdd(ctx(), "alice", "alicepw"))
+		must(cli.UserGrantRole(ctx(), "alice", "reader"))
+		must(cli.AuthEnable(ctx()))
+		cli.Close()
+		alice := dial(endpoint, "alice", "alicepw")
+		answers[name] = [2]answer{
+			ask(alice, rangeCase{"permitted", "k00", []clientv3.OpOption{clientv3.WithRange("k10")}}, true),
+			ask(alice, rangeCase{"denied", "k00", []clientv3.OpOption{clientv3.WithRange("l")}}, true),
+		}
+		alice.Close()
+	}
+	for i, name := range []string{"permitted stream", "denied stream"} {
+		*total++
+		e, k := acrossServers(answers["etcd"][i]), acrossServers(answers["kv-server"][i])
+		if !same(e, k) {
+			mismatches++
+			fmt.Printf("MISMATCH %s: kv-server differs from etcd\n  %s\n  %s\n", name, e, k)
+		}
+	}
+	if !strings.Contains(answers["kv-server"][1].err, "permission denied") {
+		mismatches++
+		fmt.Printf("MISMATCH denied stream: not refused: %s\n", answers["kv-server"][1])
+	}
+	return mismatches
+}
+
+func timed(endpoint, mode string) int {
+	cli := dial(endpoint, "", "")
+	start := time.Now()
+	keys, pages := int64(0), 0
+	opts := []clientv3.OpOption{clientv3.WithFromKey(), clientv3.WithSerializable()}
+	check := func(ok bool, what string, args ...any) {
+		if !ok {
+			fail(mode+": "+what, args...)
+		}
+	}
+	switch mode {
+	case "range100k":
+		resp, err := cli.Get(ctx(), "\x00", append(opts, clientv3.WithLimit(100000))...)
+		check(err == nil, "%v", err)
+		keys, pages = int64(len(resp.Kvs)), 1
+	case "keys", "count":
+		opt := clientv3.WithKeysOnly()
+		if mode == "count" {
+			opt = clientv3.WithCountOnly()
+		}
+		resp, err := cli.Get(ctx(), "\x00", append(opts, opt)...)
+		check(err == nil, "%v", err)
+		keys, pages = resp.Count, 1
+		check(mode == "count" || int64(len(resp.Kvs)) == resp.Count, "%d keys, count %d", len(resp.Kvs), resp.Count)
+	case "list":
+		key, rev, total := "\x00", int64(0), int64(-1)
+		for {
+			resp, err := cli.Get(ctx(), key, append(opts, clientv3.WithLimit(500), clientv3.WithRev(rev))...)
+			check(err == nil, "page %d: %v", pages, err)
+			if total < 0 {
+				total, rev = resp.Count, resp.Header.Revision
+			}
+			check(resp.Count == total-keys, "page %d: count %d, expected %d", pages, resp.Count, total-keys)
+			keys += int64(len(resp.Kvs))
+			pages++
+			check(resp.More == (keys < total), "page %d: more %v with %d of %d", pages, resp.More, keys, total)
+			if !resp.More {
+				break
+			}
+			key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		}
+	case "stream":
+		ch, err := cli.GetStream(ctx(), "\x00", opts...)
+		check(err == nil, "%v", err)
+		var last *mvccpb.KeyValue
+		for chunk := range ch {
+			check(chunk.Err() == nil, "%v", chunk.Err())
+			keys += int64(len(chunk.Kvs))
+			if len(chunk.Kvs) > 0 {
+				last = chunk.Kvs[len(chunk.Kvs)-1]
+			}
+			pages++
+			if chunk.Header != nil {
+				check(chunk.Count == keys, "count %d, streamed %d", chunk.Count, keys)
+			}
+		}
+		check(last != nil || keys == 0, "no keys")
+	default:
+		fail("unknown mode %q", mode)
+	}
+	fmt.Printf("%s seconds=%.3f keys=%d pages=%d\n", mode, time.Since(start).Seconds(), keys, pages)
+	return 0
+}
