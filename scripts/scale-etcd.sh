@@ -1,30 +1,41 @@
 #!/usr/bin/env bash
-# Scale rows, side by side: etcd 3.5.17 and kv-server, each a 3-member
-# cluster on loopback, filled with KEYS distinct keys of 256-byte values
-# by etcd's benchmark tool (1000 clients, 100 connections, to the leader).
+# Scale rows, side by side: etcd 3.5.17, etcd 3.7.3 and kv-server, each a
+# 3-member cluster on loopback, filled with KEYS distinct keys of 256-byte
+# values by etcd's benchmark tool (1000 clients, 100 connections, to the
+# leader). Reads go to one follower through etcd's Go client v3.7.3
+# (tests/go/ranges, built here with go), serializable, over every key.
 # Per server it prints:
 #   fill      the fill's requests/s and the members' CPU per put
 #   rss       the largest member RSS before and after the fill, and the
 #             growth per key (after - before, over KEYS)
-#   range     a serializable range of 100,000 keys (--limit) from one
-#             follower, 5 times, one at a time: average latency, and that
-#             member's RSS before and after
+#   range     the first 100,000 keys, 3 times: each time, and the
+#             follower's peak RSS growth (VmHWM, reset before each read,
+#             over its RSS before)
+#   list      every key in pages of 500, each after the last key of the
+#             one before, at the first page's revision (as kube-apiserver
+#             lists), count and more checked on every page: the time
+#   keys      a keys-only range of every key; count: a count-only one
+#   stream    RangeStream of every key (chunks dropped as they come): the
+#             time and the follower's peak RSS growth
 #   restart   kill -9 of that follower, then the time from its start until
 #             it answers a serializable get (its port polled every 20 ms,
 #             then etcdctl)
 #   scripts/scale-etcd.sh [KEYS]     (default 1000000)
-# SCALE_SERVERS picks the servers and their order (default "etcd kv-server").
-# Needs etcd's tools (scripts/etcd-peers.sh); builds kv-server and loadgen.
+# SCALE_SERVERS picks the servers and their order (default "etcd etcd-3.7
+# kv-server"). Needs etcd's tools (scripts/etcd-peers.sh) and go; builds
+# kv-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keys=${1:-1000000}
 # etcd_tools, our_binaries
 source scripts/bench-tools.sh
-etcd_tools ETCD_BIN ETCD_BENCHMARK_BIN ETCDCTL_BIN
-our_binaries kv-server loadgen
+etcd_tools ETCD_BIN ETCD_BENCHMARK_BIN ETCDCTL_BIN ETCD37_BIN
+our_binaries kv-server
 ticks=$(getconf CLK_TCK)
 work=$(mktemp -d)
-trap 'scripts/local-cluster.sh stop "$work/etcd" || true; scripts/local-cluster.sh stop "$work/kv-server" || true; [ -n "${SCALE_KEEP:-}" ] || rm -rf "$work"' EXIT
+trap 'for s in etcd etcd-3.7 kv-server; do scripts/local-cluster.sh stop "$work/$s" || true; done; [ -n "${SCALE_KEEP:-}" ] || rm -rf "$work"' EXIT
+ranges="$work/ranges"
+(cd crates/kv-server/tests/go/ranges && GOFLAGS=-mod=mod go build -o "$ranges" .)
 endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
 # Bounds on the waits below, in 20 ms polls: a minute.
 POLLS_MAX=3000
@@ -39,6 +50,18 @@ follower() {
     else
         echo 2
     fi
+}
+
+# One timed read by tests/go/ranges on the follower, with its peak RSS
+# growth: the kernel's high-water mark is reset first (clear_refs 5).
+read_row() {  # name row pid port mode
+    local before report
+    echo 5 > "/proc/$3/clear_refs" 2> /dev/null || true
+    before=$(awk '/^VmRSS:/ {print $2}' "/proc/$3/status")
+    # etcd 3.5 has no RangeStream: the row says why it failed.
+    report=$("$ranges" time "127.0.0.1:$4" "$5" 2>&1) || report="failed: ${report##*: }"
+    printf '%-10s %-9s %s, follower +%d MB peak\n' "$1" "$2" "$report" \
+        $((($(awk '/^VmHWM:/ {print $2}' "/proc/$3/status") - before) / 1024))
 }
 
 measure() {  # name binary
@@ -59,11 +82,12 @@ measure() {  # name binary
     member=$(follower)
     port=$([ "$member" = 2 ] && echo 22379 || echo 32379)
     pid=$(sed -n "${member}p" "$dir/pids")
-    before=$(rss_kb "$pid")
-    report=$("$LOADGEN_BIN" range "" --from-key --limit 100000 --consistency s --total 5 --clients 1 \
-        --endpoints "127.0.0.1:$port" 2>&1)
-    printf '%-10s range     100000 keys: %s s average, member %d MB before, %d MB after\n' "$name" \
-        "$(echo "$report" | awk '/Average:/ {print $2}')" $((before / 1024)) $(($(rss_kb "$pid") / 1024))
+    for round in 1 2 3; do
+        read_row "$name" range "$pid" "$port" range100k
+    done
+    for mode in list keys count stream; do
+        read_row "$name" "$mode" "$pid" "$port" "$mode"
+    done
     scripts/local-cluster.sh restart "$binary" "$dir" "$member"
     started=$(date +%s.%N)
     local served=no
@@ -83,9 +107,10 @@ measure() {  # name binary
 }
 
 printf 'scale: %s keys of 256 bytes, 3 members on loopback, %s\n' "$keys" "$(date -u +%F)"
-for server in ${SCALE_SERVERS:-etcd kv-server}; do
+for server in ${SCALE_SERVERS:-etcd etcd-3.7 kv-server}; do
     case "$server" in
     etcd) measure etcd "$ETCD_BIN" ;;
+    etcd-3.7) measure etcd-3.7 "$ETCD37_BIN" ;;
     kv-server) measure kv-server "$KV_SERVER_BIN" ;;
     esac
 done
