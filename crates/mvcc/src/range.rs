@@ -89,16 +89,7 @@ pub fn range(
     let counts = counts.filter(|_| paged);
     let known_count = counts.and_then(|counts| count_from_cache(counts, index, request, at));
 
-    let mut fetched = Vec::new();
-    let mut count: i64 = 0;
-    index.visit_histories(&request.key, end, at, |key, history, revision| {
-        count += 1;
-        if fetched.len() < fetch_limit && !request.count_only {
-            fetched.push(fetch(from_index, key, history, revision));
-        }
-        known_count.is_none() || fetched.len() < fetch_limit
-    });
-    let count = known_count.unwrap_or(count);
+    let (fetched, count) = visit(request, index, at, fetch_limit, from_index, known_count);
     if let Some(counts) = counts {
         counts.record(&request.key, &request.range_end, at, count);
     }
@@ -132,6 +123,29 @@ pub fn range(
     }
     response.kvs = kvs;
     Ok(response)
+}
+
+/// Walks the index: the first `fetch_limit` keys of the range, and the
+/// count of all of them, or `known_count` (then the walk stops early).
+fn visit(
+    request: &RangeRequest,
+    index: &TreeIndex,
+    at: i64,
+    fetch_limit: usize,
+    from_index: bool,
+    known_count: Option<i64>,
+) -> (Vec<Fetched>, i64) {
+    let mut fetched = Vec::new();
+    let mut count: i64 = 0;
+    let end = RangeEnd::parse(&request.range_end);
+    index.visit_histories(&request.key, end, at, |key, history, revision| {
+        count += 1;
+        if fetched.len() < fetch_limit && !request.count_only {
+            fetched.push(fetch(from_index, key, history, revision));
+        }
+        known_count.is_none() || fetched.len() < fetch_limit
+    });
+    (fetched, known_count.unwrap_or(count))
 }
 
 /// The count of `request`'s range at `at`, from the cached count of a

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -181,6 +181,19 @@ pub struct Store {
     alarm_kinds: AtomicU32,
     /// Told of each apply and commit, once set (the server's metrics).
     observer: OnceLock<Arc<dyn Observer>>,
+    /// `State::consistent_index` and `State::membership` as of the last
+    /// apply or restore, copied out of the state's lock so that the raft
+    /// loop, which asks for them, never waits behind a long holder of
+    /// that lock (a defragmentation, a big range). Set under the state's
+    /// write lock, so the pair is always one apply's.
+    published: parking_lot::Mutex<(u64, Option<Vec<u8>>)>,
+    /// The index in `published`, readable without a lock.
+    published_index: AtomicU64,
+    /// `State::current_revision` and `State::compact_revision` as of the
+    /// last apply or restore, for every response header and the
+    /// background tasks, which must not wait behind the state's lock.
+    published_revision: AtomicI64,
+    published_compact: AtomicI64,
 }
 
 /// Whom a restore is for.
@@ -340,6 +353,7 @@ impl Store {
         let alarms = read_alarms(&db)?;
         let alarm_kinds = AtomicU32::new(kinds_of(&alarms));
         let membership = db.get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec());
+        let published_membership = membership.clone();
         let auth = db.get(META_AUTH)?.map(|bytes| bytes.to_vec());
         Ok(Store {
             path: path.to_path_buf(),
@@ -361,6 +375,10 @@ impl Store {
             max_txn_ops,
             poisoned: AtomicBool::new(false),
             observer: OnceLock::new(),
+            published: parking_lot::Mutex::new((consistent_index, published_membership)),
+            published_index: AtomicU64::new(consistent_index),
+            published_revision: AtomicI64::new(current_revision),
+            published_compact: AtomicI64::new(compact_revision),
         })
     }
 
@@ -381,19 +399,19 @@ impl Store {
 
     /// The newest revision.
     pub fn current_revision(&self) -> i64 {
-        self.state.read().current_revision
+        self.published_revision.load(Ordering::Acquire)
     }
 
     /// Revisions below this have been compacted away ([`NEVER_COMPACTED`]
     /// if never).
     pub fn compact_revision(&self) -> i64 {
-        self.state.read().compact_revision
+        self.published_compact.load(Ordering::Acquire)
     }
 
     /// The raft index of the last applied batch. The server replays only
     /// the log entries after it.
     pub fn consistent_index(&self) -> u64 {
-        self.state.read().consistent_index
+        self.published_index.load(Ordering::Acquire)
     }
 
     /// Keys in the index, including deleted ones not yet compacted.
@@ -502,6 +520,8 @@ impl Store {
     pub fn apply(&self, raft_index: u64, requests: &[WriteRequest]) -> Result<Vec<Applied>> {
         self.check_usable()?;
         let mut state = self.state.write();
+        // Tests stall the store here, its lock held (`mvcc::apply=…`).
+        fail::fail_point!("mvcc::apply");
         assert!(
             raft_index >= state.consistent_index,
             "raft index {raft_index} goes back from {}",
@@ -521,6 +541,8 @@ impl Store {
         }
         state.batch = batch;
         state.consistent_index = raft_index;
+        let membership_changed = requests.iter().any(|r| matches!(r, WriteRequest::Membership(_)));
+        self.publish(&state, membership_changed);
         if state.batch.is_due() {
             commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
         }
@@ -855,6 +877,7 @@ impl Store {
             membership: self.db.read().get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec()),
             auth: self.db.read().get(META_AUTH)?.map(|bytes| bytes.to_vec()),
         };
+        self.publish(&state, true);
         Ok(())
     }
 
@@ -882,8 +905,20 @@ impl Store {
     /// [`WriteRequest::Membership`]) and the consistent index it stands
     /// at, read together.
     pub fn membership(&self) -> (u64, Option<Vec<u8>>) {
-        let state = self.state.read();
-        (state.consistent_index, state.membership.clone())
+        self.published.lock().clone()
+    }
+
+    /// Copies the state's index and membership out of its lock (see
+    /// `published`); the membership only when `membership_changed`.
+    fn publish(&self, state: &State, membership_changed: bool) {
+        let mut published = self.published.lock();
+        published.0 = state.consistent_index;
+        if membership_changed {
+            published.1.clone_from(&state.membership);
+        }
+        self.published_index.store(state.consistent_index, Ordering::Release);
+        self.published_revision.store(state.current_revision, Ordering::Release);
+        self.published_compact.store(state.compact_revision, Ordering::Release);
     }
 
     /// The raised alarms, by member then kind.

@@ -11,7 +11,7 @@
 //! of the changes; then the writers are answered, and the applied index
 //! moves. A store that cannot apply stops the member.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 
 use raft::prelude::Entry;
@@ -28,7 +28,7 @@ use crate::member::watch_hub::{Published, WatchHub};
 use crate::membership::{Change, Membership, SharedMembership};
 use crate::peer::transport::PeerSet;
 use crate::proto::kvserverpb::auth_request::Request as AuthChange;
-use crate::raft::input::ReadWaiter;
+use crate::raft::input::{NodeInput, ReadWaiter};
 use crate::raft::status::RaftStatus;
 use crate::storage::layout::DataDir;
 use crate::storage::marker::SnapshotMarker;
@@ -51,6 +51,8 @@ pub struct Stage {
     pub auth: Arc<Auth>,
     /// Notified when this member is removed.
     pub stop: Arc<Notify>,
+    /// The raft loop's input, for answering its flush requests.
+    pub node: SyncSender<NodeInput>,
 }
 
 /// Why an entry was refused before it reached the store.
@@ -74,8 +76,16 @@ impl Stage {
     /// Runs until the raft loop closes the queue.
     pub fn run(self, inputs: Receiver<ApplyInput>) {
         let mut reads: Vec<(u64, Vec<ReadWaiter>)> = Vec::new();
+        // A flush's answer the raft loop's full queue did not take yet.
+        let mut flushed: Option<NodeInput> = None;
         self.status.set_applied(self.store.consistent_index());
         loop {
+            if let Some(answer) = flushed.take() {
+                flushed = match self.node.try_send(answer) {
+                    Err(TrySendError::Full(answer)) => Some(answer),
+                    _ => None,
+                };
+            }
             let input = match inputs.recv_timeout(mvcc::OPEN_BATCH_AGE_MAX) {
                 Ok(input) => input,
                 Err(RecvTimeoutError::Timeout) => {
@@ -91,6 +101,17 @@ impl Stage {
                 ApplyInput::Restore { index, term } => self.restore(index, term),
                 ApplyInput::Read { index, waiters } => reads.push((index, waiters)),
                 ApplyInput::Dropped { sequence, error } => self.waiters.answer(sequence, Err(error)),
+                ApplyInput::Flush { index, term } => {
+                    // Tests stall the store's flush here (`kv::flush`).
+                    fail::fail_point!("kv::flush");
+                    if let Err(error) = self.store.flush() {
+                        fatal("the store could not flush", &error);
+                    }
+                    flushed = match self.node.try_send(NodeInput::Flushed { index, term }) {
+                        Err(TrySendError::Full(answer)) => Some(answer),
+                        _ => None,
+                    };
+                }
             }
             let applied = self.status.applied();
             reads.retain_mut(|(index, waiters)| {

@@ -40,6 +40,10 @@ pub enum NodeInput {
     SnapshotStatus { to: u64, failed: bool },
     /// Hand leadership to this member (Maintenance.MoveLeader).
     TransferLeader(u64),
+    /// The apply stage flushed the store through `index` (at `term`), as
+    /// the loop asked with `ApplyInput::Flush`: the snapshot there can be
+    /// recorded and the WAL released up to it.
+    Flushed { index: u64, term: u64 },
     /// A graceful stop: end the loop after this turn's Ready, and say so.
     Stop(oneshot::Sender<()>),
 }

@@ -8,7 +8,7 @@
 //! it knows nothing of gRPC, so its tests run it over channels.
 
 use std::collections::VecDeque;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use protobuf::Message as _;
 use raft::prelude::{ConfChange, Entry, EntryType, HardState, Ready};
 use raft::{Config as RaftConfig, RawNode, SnapshotStatus, StateRole, Storage};
 
-use crate::apply::input::ApplyInput;
+use crate::apply::input::{ApplyInput, APPLY_BACKLOG_MAX};
 use crate::error::{fatal, Error, RequestError};
 use crate::membership::conf_change_refused;
 use crate::raft::input::{NodeInput, Outbox};
@@ -55,6 +55,11 @@ pub const SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT: u64 = 5000;
 /// moves the window's entries down in raft's vector, so not on every
 /// apply; 1,000 bounds the excess over the window to a fifth of it.
 pub const LOG_COMPACTION_INTERVAL_ENTRIES: u64 = 1000;
+
+/// How often the loop retries handing its backlog to the apply stage
+/// while the stage's queue is full: a millisecond adds little to an apply
+/// already waiting on a busy store.
+const APPLY_BACKLOG_RETRY: Duration = Duration::from_millis(1);
 
 /// Proposals held while no usable leader is known, waiting for one: a
 /// thousand clients' writes through an election. Past it, "no leader".
@@ -100,7 +105,6 @@ pub struct Node {
     durable: DurableLog,
     log: RaftLog,
     config: NodeConfig,
-    store: Arc<mvcc::Store>,
     status: Arc<RaftStatus>,
     marker: Arc<SnapshotMarker>,
     outbox: Box<dyn Outbox>,
@@ -116,6 +120,12 @@ pub struct Node {
     /// The turn's writes, as (waiter sequence, entry data), proposed
     /// together at the end of the turn (`propose_pending`).
     proposals: Vec<(u64, Vec<u8>)>,
+    /// Inputs for the apply stage that its full queue did not take yet,
+    /// oldest first (see [`APPLY_BACKLOG_MAX`]).
+    apply_backlog: VecDeque<ApplyInput>,
+    /// A snapshot's store flush was asked of the apply stage and has not
+    /// been answered (`NodeInput::Flushed`).
+    flush_pending: bool,
     /// Set by [`NodeInput::Stop`]: the loop ends after this turn's Ready.
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -147,7 +157,6 @@ impl Node {
             durable: parts.log,
             log,
             config: parts.config,
-            store: parts.store,
             status: parts.status,
             marker: parts.marker,
             outbox: parts.outbox,
@@ -157,6 +166,8 @@ impl Node {
             next_to_apply: applied + 1,
             held: VecDeque::new(),
             proposals: Vec::with_capacity(INPUTS_PER_READY_MAX),
+            apply_backlog: VecDeque::new(),
+            flush_pending: false,
             stop: None,
         })
     }
@@ -167,7 +178,10 @@ impl Node {
         let mut next_tick = Instant::now() + tick;
         let mut turn = Vec::with_capacity(INPUTS_PER_READY_MAX);
         loop {
-            let wait = next_tick.saturating_duration_since(Instant::now());
+            let mut wait = next_tick.saturating_duration_since(Instant::now());
+            if !self.apply_backlog.is_empty() {
+                wait = wait.min(APPLY_BACKLOG_RETRY);
+            }
             match inputs.recv_timeout(wait) {
                 Ok(input) => {
                     turn.push(input);
@@ -202,6 +216,7 @@ impl Node {
                 self.raw.read_index(context);
             }
             self.release_held(now);
+            self.drain_apply_backlog();
             self.handle_ready();
             if let Some(done) = self.stop.take() {
                 // Everything of this turn is durable; what still waits
@@ -211,6 +226,7 @@ impl Node {
                 for (_, input) in std::mem::take(&mut self.held) {
                     self.refuse(input, RequestError::Stopped);
                 }
+                self.hand_over_backlog();
                 tracing::info!("raft loop stopped");
                 drop(self);
                 let _ = done.send(());
@@ -351,6 +367,7 @@ impl Node {
             NodeInput::Unreachable(peer) => self.raw.report_unreachable(peer),
             NodeInput::TransferLeader(to) => self.raw.transfer_leader(to),
             NodeInput::Stop(done) => self.stop = Some(done),
+            NodeInput::Flushed { index, term } => self.snapshot_flushed(index, term),
             NodeInput::SnapshotStatus { to, failed } => {
                 let status = if failed {
                     SnapshotStatus::Failure
@@ -517,34 +534,43 @@ impl Node {
         }
     }
 
-    /// Every `--snapshot-count` applied entries: flush the store, record a
-    /// snapshot at the applied index in the WAL and the marker, release the
-    /// WAL segments replay no longer needs, and compact raft's in-memory
-    /// log, keeping some entries for followers slightly behind.
+    /// Every `--snapshot-count` applied entries: asks the apply stage to
+    /// flush the store, and once it has (`snapshot_flushed`), records a
+    /// snapshot there. The loop itself never waits for the store.
     fn maybe_snapshot(&mut self) {
         let applied = self.status.applied();
         let count = self.config.snapshot_count.max(1);
-        if applied < self.snapshot_index + count {
+        if self.flush_pending || applied < self.snapshot_index + count {
             return;
         }
         let Ok(term) = self.log.term(applied) else { return };
-        if let Err(error) = self.store.flush() {
-            fatal("the store could not flush", &error);
+        self.flush_pending = true;
+        self.send_apply(ApplyInput::Flush { index: applied, term });
+    }
+
+    /// The store is durable through `index`: records a snapshot there in
+    /// the WAL and the marker, releases the WAL segments replay no longer
+    /// needs, and compacts raft's in-memory log, keeping some entries for
+    /// followers slightly behind.
+    fn snapshot_flushed(&mut self, index: u64, term: u64) {
+        self.flush_pending = false;
+        if index <= self.snapshot_index {
+            return;
         }
         let conf_state = self.log.conf_state();
-        if let Err(error) = self.durable.save_snapshot(applied, term, &conf_state) {
+        if let Err(error) = self.durable.save_snapshot(index, term, &conf_state) {
             fatal("WAL write failed", &error);
         }
-        if let Err(error) = self.marker.record(applied, term) {
+        if let Err(error) = self.marker.record(index, term) {
             fatal("the snapshot marker could not be written", &error);
         }
-        let released = match self.durable.release_to(applied) {
+        let released = match self.durable.release_to(index) {
             Ok(released) => released,
             Err(error) => fatal("the WAL could not release segments", &error),
         };
-        self.compact_log(applied);
-        self.snapshot_index = applied;
-        tracing::info!(index = applied, term, released, "took a snapshot");
+        self.compact_log(index);
+        self.snapshot_index = index;
+        tracing::info!(index, term, released, "took a snapshot");
     }
 
     /// Every [`LOG_COMPACTION_INTERVAL_ENTRIES`] applied entries, drops
@@ -588,11 +614,54 @@ impl Node {
         self.send_apply(ApplyInput::Entries(entries));
     }
 
+    /// Hands `input` to the apply stage without waiting: what its full
+    /// queue does not take waits in the backlog, in order, unless the
+    /// backlog is at its bound.
     fn send_apply(&mut self, input: ApplyInput) {
-        // The apply queue is bounded; blocking here slows raft to the
-        // store's pace, which is the backpressure wanted.
-        if self.apply.send(input).is_err() {
-            fatal("the apply stage stopped", &"its queue is closed");
+        if self.apply_backlog.is_empty() {
+            match self.apply.try_send(input) {
+                Ok(()) => return,
+                Err(TrySendError::Full(input)) => self.apply_backlog.push_back(input),
+                Err(TrySendError::Disconnected(_)) => fatal("the apply stage stopped", &"its queue is closed"),
+            }
+        } else {
+            self.apply_backlog.push_back(input);
+        }
+        if self.apply_backlog.len() > APPLY_BACKLOG_MAX {
+            tracing::warn!(
+                inputs = self.apply_backlog.len(),
+                "the apply stage is far behind; waiting for it"
+            );
+            while let Some(input) = self.apply_backlog.pop_front() {
+                if self.apply.send(input).is_err() {
+                    fatal("the apply stage stopped", &"its queue is closed");
+                }
+            }
+        }
+    }
+
+    /// On stopping: the apply stage gets the whole backlog, waiting for
+    /// room, so that what was committed is applied and answered.
+    fn hand_over_backlog(&mut self) {
+        while let Some(input) = self.apply_backlog.pop_front() {
+            if self.apply.send(input).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Moves what the apply stage's queue now has room for out of the
+    /// backlog.
+    fn drain_apply_backlog(&mut self) {
+        while let Some(input) = self.apply_backlog.pop_front() {
+            match self.apply.try_send(input) {
+                Ok(()) => {}
+                Err(TrySendError::Full(input)) => {
+                    self.apply_backlog.push_front(input);
+                    return;
+                }
+                Err(TrySendError::Disconnected(_)) => fatal("the apply stage stopped", &"its queue is closed"),
+            }
         }
     }
 }

@@ -163,6 +163,7 @@ fn start(id: u64, network: &Network) -> TestMember {
         peers,
         auth: auth.clone(),
         stop: Arc::new(tokio::sync::Notify::new()),
+        node: input.clone(),
     };
     std::thread::spawn(move || stage.run(applies));
     std::thread::spawn(move || node.run(inputs));

@@ -43,9 +43,23 @@ use crate::server::tasks;
 use crate::storage::layout::DataDir;
 use crate::tls::ClientIdentity;
 
-/// Serves until SIGINT or SIGTERM.
-pub async fn serve(member: Arc<Member>, node: SyncSender<NodeInput>, dir: DataDir) -> Result<(), Error> {
-    serve_peers(&member, node, dir).await?;
+/// Serves until SIGINT or SIGTERM. The peer port is served on `peers`, a
+/// runtime of its own (see `start.rs`), so that raft traffic keeps moving
+/// while client requests hold every worker of the main runtime.
+pub async fn serve(
+    member: Arc<Member>,
+    node: SyncSender<NodeInput>,
+    dir: DataDir,
+    peers: tokio::runtime::Handle,
+) -> Result<(), Error> {
+    let peer_member = member.clone();
+    peers
+        .spawn(async move { serve_peers(&peer_member, node, dir).await })
+        .await
+        .map_err(|source| Error::Spawn {
+            what: "the peer server",
+            source: std::io::Error::other(source.to_string()),
+        })??;
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_service_status("", ServingStatus::NotServing).await;
     let (stopping, stop_serving) = tokio::sync::watch::channel(false);

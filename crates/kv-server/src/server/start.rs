@@ -42,6 +42,14 @@ struct Opened {
 /// The term a new cluster's log starts in.
 const BOOTSTRAP_TERM: u64 = 1;
 
+/// Workers of the runtime that serves the peer port (raft streams,
+/// snapshots, forwarded lease calls). A runtime apart from the clients'
+/// one, so that client handlers waiting on the store (a stalled store
+/// holds every worker they have) cannot starve the raft messages, and so
+/// the leader's heartbeats and followers' answers, into an election. One
+/// is enough: each received batch is decoded and handed to the raft loop.
+pub const PEER_RUNTIME_WORKERS: usize = 1;
+
 /// Runs a member until it is told to stop. Returns why it could not start.
 pub fn run(config: Config) -> Result<(), Error> {
     if config.initial_cluster_state != "new" && config.initial_cluster_state != "existing" {
@@ -70,14 +78,7 @@ pub fn run(config: Config) -> Result<(), Error> {
         data_dir = %opened.dir.root().display(),
         "starting member"
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("kv-server")
-        .build()
-        .map_err(|source| Error::Spawn {
-            what: "the runtime",
-            source,
-        })?;
+    let (runtime, peer_runtime) = runtimes()?;
     let (node_sender, node_inputs) = sync_channel(NODE_INPUT_CAPACITY);
     let (apply_sender, apply_inputs) = sync_channel(APPLY_QUEUE_CAPACITY);
     let source = Arc::new(SnapshotSource {
@@ -99,8 +100,40 @@ pub fn run(config: Config) -> Result<(), Error> {
         auth: Arc::new(open_auth(&config, &opened.store)?),
     }));
     let dir = opened.dir.clone();
-    start_threads(&member, opened, node_inputs, (apply_sender, apply_inputs))?;
-    runtime.block_on(serve::serve(member, node_sender, dir))
+    start_threads(
+        &member,
+        opened,
+        (node_sender.clone(), node_inputs),
+        (apply_sender, apply_inputs),
+    )?;
+    let served = runtime.block_on(serve::serve(member, node_sender, dir, peer_runtime.handle().clone()));
+    // Both runtimes end here, outside any runtime's context.
+    drop(runtime);
+    drop(peer_runtime);
+    served
+}
+
+/// The clients' runtime, one worker per CPU this process may run on, and
+/// the peer port's (see [`PEER_RUNTIME_WORKERS`]).
+fn runtimes() -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), Error> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("kv-server")
+        .build()
+        .map_err(|source| Error::Spawn {
+            what: "the runtime",
+            source,
+        })?;
+    let peer_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(PEER_RUNTIME_WORKERS)
+        .enable_all()
+        .thread_name("kv-peer")
+        .build()
+        .map_err(|source| Error::Spawn {
+            what: "the peer runtime",
+            source,
+        })?;
+    Ok((runtime, peer_runtime))
 }
 
 /// The auth state the store holds, served with the auth flags.
@@ -234,7 +267,7 @@ pub fn bootstrap(
 fn start_threads(
     member: &Arc<Member>,
     opened: Opened,
-    node_inputs: Receiver<NodeInput>,
+    (node_sender, node_inputs): (SyncSender<NodeInput>, Receiver<NodeInput>),
     (apply_sender, apply_inputs): (SyncSender<ApplyInput>, Receiver<ApplyInput>),
 ) -> Result<(), Error> {
     let transport = PeerTransport::new(member.peers.clone());
@@ -271,6 +304,7 @@ fn start_threads(
         peers: member.peers.clone(),
         auth: member.auth.clone(),
         stop: member.stop.clone(),
+        node: node_sender,
     };
     let spawn = |what: &'static str| move |source| Error::Spawn { what, source };
     std::thread::Builder::new()
