@@ -102,8 +102,6 @@ impl Stage {
                 ApplyInput::Read { index, waiters } => reads.push((index, waiters)),
                 ApplyInput::Dropped { sequence, error } => self.waiters.answer(sequence, Err(error)),
                 ApplyInput::Flush { index, term } => {
-                    // Tests stall the store's flush here (`kv::flush`).
-                    fail::fail_point!("kv::flush");
                     if let Err(error) = self.store.flush() {
                         fatal("the store could not flush", &error);
                     }
