@@ -14,9 +14,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The program bounds itself at 60 s; this bounds the process from
 /// outside in case it hangs before its own timer starts.
@@ -24,42 +22,9 @@ const RUN_WITHIN: Duration = Duration::from_secs(90);
 /// Steps the program prints when it gets to the end.
 const STEPS: usize = 18;
 
-fn build_program() -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/go/leasing");
-    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("leasing-check");
-    let status = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg(".")
-        .current_dir(&source)
-        .env("GOFLAGS", "-mod=mod")
-        .status()
-        .expect("go is needed to build the leasing client (CI installs it to build etcd's tools)");
-    assert!(status.success(), "go build in {} failed", source.display());
-    binary
-}
-
-fn run(program: &Path, endpoint: &str) -> Output {
-    let mut child = Command::new(program)
-        .args(["-endpoint", endpoint])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the leasing client");
-    let deadline = Instant::now() + RUN_WITHIN;
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() >= deadline {
-            child.kill().expect("kill");
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("output")
-}
-
 #[test]
 fn leasing_kv_works_as_against_etcd() {
-    let program = build_program();
+    let program = common::go_program("leasing");
     let etcd_dir = tempfile::tempdir().expect("tempdir");
     let kv_dir = tempfile::tempdir().expect("tempdir");
     let etcd = common::Cluster::start_members(&common::etcd_tool("ETCD_BIN", "etcd"), etcd_dir.path(), 16379, 1, &[]);
@@ -70,7 +35,7 @@ fn leasing_kv_works_as_against_etcd() {
         ("etcd", etcd.members[0].endpoint()),
         ("kv-server", kv_server.members[0].endpoint()),
     ] {
-        let output = run(&program, &endpoint);
+        let output = common::run_within(&program, &["-endpoint", &endpoint], RUN_WITHIN);
         let stdout = String::from_utf8_lossy(&output.stdout).to_string();
         assert!(
             output.status.success(),

@@ -21,9 +21,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The program's requests each time out within 60 s; this bounds the
 /// whole run from outside.
@@ -32,49 +30,17 @@ const RUN_WITHIN: Duration = Duration::from_secs(120);
 /// so that a table cut short cannot pass.
 const CASES: usize = 44;
 
-fn build_program() -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/go/ranges");
-    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ranges-check");
-    let status = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg(".")
-        .current_dir(&source)
-        .env("GOFLAGS", "-mod=mod")
-        .status()
-        .expect("go is needed to build the ranges client (CI installs it to build etcd's tools)");
-    assert!(status.success(), "go build in {} failed", source.display());
-    binary
-}
-
-fn run(program: &Path, etcd: &str, kv_server: &str) -> Output {
-    let mut child = Command::new(program)
-        .args(["compare", etcd, kv_server])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the ranges client");
-    let deadline = Instant::now() + RUN_WITHIN;
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() >= deadline {
-            child.kill().expect("kill");
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("output")
-}
-
 #[test]
 fn range_stream_answers_as_etcd_3_7() {
-    let program = build_program();
+    let program = common::go_program("ranges");
     let etcd_dir = tempfile::tempdir().expect("tempdir");
     let kv_dir = tempfile::tempdir().expect("tempdir");
     let etcd_37 = common::etcd_tool("ETCD37_BIN", "etcd-3.7.3");
     let etcd = common::Cluster::start_members(&etcd_37, etcd_dir.path(), 26379, 1, &[]);
     let kv_server = common::Cluster::start_members(&common::kv_server(), kv_dir.path(), 26479, 1, &[]);
 
-    let output = run(&program, &etcd.members[0].endpoint(), &kv_server.members[0].endpoint());
+    let endpoints = [etcd.members[0].endpoint(), kv_server.members[0].endpoint()];
+    let output = common::run_within(&program, &["compare", &endpoints[0], &endpoints[1]], RUN_WITHIN);
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{}\n{stdout}{stderr}", output.status);

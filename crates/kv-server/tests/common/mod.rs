@@ -211,6 +211,44 @@ pub fn kv_server() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kv-server"))
 }
 
+/// Builds the Go program in `tests/go/<name>` (a client written with
+/// etcd's own Go client) with `go build`, into the test's temporary
+/// directory, and returns its path. CI installs Go to build etcd's tools.
+pub fn go_program(name: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/go").join(name);
+    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-check"));
+    let status = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(".")
+        .current_dir(&source)
+        .env("GOFLAGS", "-mod=mod")
+        .status()
+        .unwrap_or_else(|error| panic!("go is needed to build tests/go/{name} ({error})"));
+    assert!(status.success(), "go build in {} failed", source.display());
+    binary
+}
+
+/// Runs `program` with `args`, killed after `within`, and returns what it
+/// printed and how it ended.
+pub fn run_within(program: &Path, args: &[&str], within: Duration) -> std::process::Output {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("start {}: {error}", program.display()));
+    let deadline = Instant::now() + within;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() >= deadline {
+            child.kill().expect("kill");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
 /// A tool from etcd's release, from its environment variable or the cache
 /// `tools/etcd-peers/build.sh` fills. Fails the test when missing: CI
 /// builds them first (see `.ci/run`).
