@@ -59,18 +59,27 @@ struct Inner {
     clock: u64,
 }
 
+impl Inner {
+    /// Ticks the clock and marks the entry for `range_end` at `at`, if
+    /// any, as used now.
+    fn touch(&mut self, range_end: &[u8], at: i64) -> Option<&mut Entry> {
+        self.clock += 1;
+        let clock = self.clock;
+        let entry = self
+            .entries
+            .iter_mut()
+            .find(|entry| entry.at == at && entry.range_end == range_end)?;
+        entry.used = clock;
+        Some(entry)
+    }
+}
+
 impl CountCache {
     /// The last start counted for ranges ending at `range_end` read at
     /// `at`, with its count.
     pub fn lookup(&self, range_end: &[u8], at: i64) -> Option<(Vec<u8>, i64)> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.clock += 1;
-        let clock = inner.clock;
-        let entry = inner
-            .entries
-            .iter_mut()
-            .find(|entry| entry.at == at && entry.range_end == range_end)?;
-        entry.used = clock;
+        let entry = inner.touch(range_end, at)?;
         Some((entry.start.clone(), entry.count))
     }
 
@@ -80,17 +89,10 @@ impl CountCache {
             return;
         }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.clock += 1;
-        let clock = inner.clock;
-        if let Some(entry) = inner
-            .entries
-            .iter_mut()
-            .find(|entry| entry.at == at && entry.range_end == range_end)
-        {
+        if let Some(entry) = inner.touch(range_end, at) {
             entry.start.clear();
             entry.start.extend_from_slice(start);
             entry.count = count;
-            entry.used = clock;
             return;
         }
         let entry = Entry {
@@ -98,7 +100,7 @@ impl CountCache {
             at,
             start: start.to_vec(),
             count,
-            used: clock,
+            used: inner.clock,
         };
         if inner.entries.len() < COUNT_CACHE_ENTRIES {
             inner.entries.push(entry);

@@ -173,23 +173,9 @@ impl KeyIndex {
         if !self.is_live() {
             return Generation::Absent;
         }
-        let len = self.history.len();
-        let scanned = len.min(GENERATION_SCAN_SLOTS_MAX);
-        let start = match self.history[len - scanned..]
-            .iter()
-            .rposition(|slot| slot.is_tombstone())
-        {
-            Some(tombstone) => len - scanned + tombstone + 1,
-            None if scanned == len => 0,
-            None => return Generation::Unknown,
-        };
-        let head = self.history[start];
-        if head.is_compacted_head() {
-            return Generation::Unknown;
-        }
-        Generation::Live {
-            created: head.main(),
-            version: (len - start) as i64,
+        match self.generation_through(self.history.len()) {
+            Some((created, version)) => Generation::Live { created, version },
+            None => Generation::Unknown,
         }
     }
 
@@ -202,6 +188,14 @@ impl KeyIndex {
         if end == 0 || self.history[end - 1].is_tombstone() {
             return None;
         }
+        self.generation_through(end)
+    }
+
+    /// The create revision and version of the generation whose last slot
+    /// is `history[end - 1]` (a put), looking back at most
+    /// [`GENERATION_SCAN_SLOTS_MAX`] slots for its start; `None` when the
+    /// start is further back or compaction dropped it.
+    fn generation_through(&self, end: usize) -> Option<(i64, i64)> {
         let scanned = end.min(GENERATION_SCAN_SLOTS_MAX);
         let start = match self.history[end - scanned..end]
             .iter()

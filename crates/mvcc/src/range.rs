@@ -89,7 +89,7 @@ pub fn range(
     let counts = counts.filter(|_| paged);
     let known_count = counts.and_then(|counts| count_from_cache(counts, index, request, at));
 
-    let (fetched, count) = visit(request, index, at, fetch_limit, from_index, known_count);
+    let (fetched, count) = visit(request, index, end, at, fetch_limit, from_index, known_count);
     if let Some(counts) = counts {
         counts.record(&request.key, &request.range_end, at, count);
     }
@@ -130,6 +130,7 @@ pub fn range(
 fn visit(
     request: &RangeRequest,
     index: &TreeIndex,
+    end: RangeEnd<'_>,
     at: i64,
     fetch_limit: usize,
     from_index: bool,
@@ -137,7 +138,6 @@ fn visit(
 ) -> (Vec<Fetched>, i64) {
     let mut fetched = Vec::new();
     let mut count: i64 = 0;
-    let end = RangeEnd::parse(&request.range_end);
     index.visit_histories(&request.key, end, at, |key, history, revision| {
         count += 1;
         if fetched.len() < fetch_limit && !request.count_only {

@@ -81,10 +81,7 @@ impl Stage {
         self.status.set_applied(self.store.consistent_index());
         loop {
             if let Some(answer) = flushed.take() {
-                flushed = match self.node.try_send(answer) {
-                    Err(TrySendError::Full(answer)) => Some(answer),
-                    _ => None,
-                };
+                flushed = self.tell_raft(answer);
             }
             let input = match inputs.recv_timeout(mvcc::OPEN_BATCH_AGE_MAX) {
                 Ok(input) => input,
@@ -105,10 +102,7 @@ impl Stage {
                     if let Err(error) = self.store.flush() {
                         fatal("the store could not flush", &error);
                     }
-                    flushed = match self.node.try_send(NodeInput::Flushed { index, term }) {
-                        Err(TrySendError::Full(answer)) => Some(answer),
-                        _ => None,
-                    };
+                    flushed = self.tell_raft(NodeInput::Flushed { index, term });
                 }
             }
             let applied = self.status.applied();
@@ -121,6 +115,16 @@ impl Stage {
                 }
                 false
             });
+        }
+    }
+
+    /// Hands `answer` to the raft loop without waiting: it comes back when
+    /// the loop's queue is full, to be tried again on the next turn. A
+    /// stopped loop needs no answer.
+    fn tell_raft(&self, answer: NodeInput) -> Option<NodeInput> {
+        match self.node.try_send(answer) {
+            Err(TrySendError::Full(answer)) => Some(answer),
+            _ => None,
         }
     }
 

@@ -632,22 +632,22 @@ impl Node {
                 inputs = self.apply_backlog.len(),
                 "the apply stage is far behind; waiting for it"
             );
-            while let Some(input) = self.apply_backlog.pop_front() {
-                if self.apply.send(input).is_err() {
-                    fatal("the apply stage stopped", &"its queue is closed");
-                }
+            if !self.hand_over_backlog() {
+                fatal("the apply stage stopped", &"its queue is closed");
             }
         }
     }
 
-    /// On stopping: the apply stage gets the whole backlog, waiting for
-    /// room, so that what was committed is applied and answered.
-    fn hand_over_backlog(&mut self) {
+    /// The apply stage gets the whole backlog, waiting for room: past the
+    /// backlog's bound, and on stopping, so that what was committed is
+    /// applied and answered. False if the stage has stopped.
+    fn hand_over_backlog(&mut self) -> bool {
         while let Some(input) = self.apply_backlog.pop_front() {
             if self.apply.send(input).is_err() {
-                return;
+                return false;
             }
         }
+        true
     }
 
     /// Moves what the apply stage's queue now has room for out of the
