@@ -173,19 +173,29 @@ pub async fn member_id(endpoint: &str, call_timeout: Duration) -> u64 {
 }
 
 /// The position in `endpoints` of the member that is leader, and its
-/// member id, as the members' Maintenance.Status report them.
+/// member id, once every member's Maintenance.Status names the same
+/// leader. Agreement matters after a leader was killed: until the
+/// survivors' election timeout they still name the dead one, and its
+/// restarted process does not lead. Waits up to `call_timeout`.
 pub async fn leader(endpoints: &[String], call_timeout: Duration) -> (usize, u64) {
-    let mut members = Vec::new();
-    for endpoint in endpoints {
-        let status = status(endpoint, call_timeout).await;
-        members.push((status.header.expect("header").member_id, status.leader));
+    let deadline = Instant::now() + call_timeout;
+    loop {
+        let mut members = Vec::new();
+        for endpoint in endpoints {
+            let status = status(endpoint, call_timeout).await;
+            members.push((status.header.expect("header").member_id, status.leader));
+        }
+        let leader = members[0].1;
+        let agreed = members.iter().all(|&(_, named)| named == leader);
+        if let Some(index) = members.iter().position(|&(id, _)| id == leader).filter(|_| agreed) {
+            return (index, leader);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the members never agreed on a leader: {members:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let leader = members[0].1;
-    let index = members
-        .iter()
-        .position(|(id, _)| *id == leader)
-        .expect("the leader is a member");
-    (index, leader)
 }
 
 /// Asserts that `result` failed with etcd's gRPC `code` and exact
@@ -458,14 +468,33 @@ impl Cluster {
     }
 
     pub fn wait_healthy(&self, which: &[usize]) {
+        self.wait_for(which, "healthy", |i| self.is_healthy(i));
+    }
+
+    /// Waits until each member in `which` answers `/livez` with 200. Unlike
+    /// `/health`, liveness ignores alarms, so this suits a member expected
+    /// to raise one as soon as it starts.
+    pub fn wait_live(&self, which: &[usize]) {
+        let live = |i: usize| {
+            http_get(self.members[i].client_port, "/livez")
+                .split_whitespace()
+                .nth(1)
+                == Some("200")
+        };
+        self.wait_for(which, "live", live);
+    }
+
+    /// Polls `probe` for each member in `which` until all pass, within
+    /// [`HEALTHY_WITHIN`].
+    fn wait_for(&self, which: &[usize], what: &str, probe: impl Fn(usize) -> bool) {
         let deadline = Instant::now() + HEALTHY_WITHIN;
         loop {
-            if which.iter().all(|&i| self.is_healthy(i)) {
+            if which.iter().all(|&i| probe(i)) {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "members {which:?} not healthy; logs in {}",
+                "members {which:?} not {what}; logs in {}",
                 self.dir.display()
             );
             std::thread::sleep(Duration::from_millis(100));
