@@ -8,8 +8,8 @@
 //! `etcdctl defrag` must show dbSize at least halved (and dbSizeInUse no
 //! more than dbSize), and every kept key still served. Then for kv-server,
 //! twice: 1,000 more puts, and a defrag that stops the process (a
-//! failpoint's abort) once the rewrite is complete, then once the old
-//! store is moved aside and the new one not yet in place; restarted, the
+//! failpoint's abort) once the copy is complete, then once the new
+//! generation is current and the old one not yet removed; restarted, the
 //! member serves every key it acknowledged, and defragments again.
 //!
 //! Needs etcd and etcdctl: `ETCD_BIN` and `ETCDCTL_BIN`, or the cache that
@@ -156,10 +156,10 @@ async fn defrag_gives_space_back_as_etcds_does() {
     let endpoint = cluster.members[0].endpoint();
 
     // Killed in the middle of a defragmentation, at each point a crash
-    // leaves something to finish: the rewrite complete, and the old store
-    // moved aside with the new one not yet in place.
+    // leaves something to clean up: the copy complete, and the new
+    // generation current with the old one not yet removed.
     let mut expected = KEPT;
-    for (round, crash_at) in ["mvcc::defrag_copied", "mvcc::defrag_moved_aside"].iter().enumerate() {
+    for (round, crash_at) in ["mvcc::defrag_copied", "mvcc::defrag_switched"].iter().enumerate() {
         let more = KEYS + round * 1000;
         fill(&endpoint, more..more + 1000).await;
         expected += 1000;

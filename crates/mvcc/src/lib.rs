@@ -18,8 +18,9 @@
 //! - [`store`]: the sled implementation: open, apply, read, compact, hash.
 //! - [`import`]: a snapshot dump written from another store's history
 //!   (how etcd's own backups are restored).
-//! - [`defrag`]: rewriting the store compactly, and finishing a rewrite a
-//!   crash cut short.
+//! - [`defrag`]: rewriting the store compactly while it serves, its
+//!   generations on disk, and recovering from a crash in a rewrite.
+//! - [`writes`]: one commit's writes, readable back for a rewrite.
 //! - [`error`]: errors with etcd's gRPC codes and messages.
 //!
 //! # Revisions
@@ -84,6 +85,7 @@ pub mod revision;
 pub mod store;
 pub mod txn;
 pub mod validate;
+pub mod writes;
 
 pub use error::{Code, Error, Result};
 pub use hash::KeyValueHash;

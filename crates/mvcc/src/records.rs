@@ -14,6 +14,7 @@ use crate::block::{self, Block, Record, BLOCK_SPACE};
 use crate::error::{Error, Result};
 use crate::key_value::KeyValue;
 use crate::revision::Revision;
+use crate::writes::Writes;
 
 /// Blocks rewritten (`Some`) or deleted (`None`) in the open apply batch,
 /// by sled key.
@@ -203,7 +204,7 @@ pub fn drop_revisions(db: &sled::Db, overlay: &mut Overlay, mut revisions: Vec<R
 
 /// Adds to `batch` the overlay's rewrites and the blocks of `records`
 /// (written in this batch, in revision order).
-pub fn write(batch: &mut sled::Batch, overlay: Overlay, records: &[Record]) {
+pub fn write(batch: &mut Writes, overlay: Overlay, records: &[Record]) {
     for (key, bytes) in overlay {
         match bytes {
             Some(bytes) => batch.insert(key, bytes),
@@ -280,12 +281,12 @@ pub fn upgrade(db: &sled::Db) -> Result<()> {
             if records.is_empty() {
                 break;
             }
-            let mut batch = sled::Batch::default();
+            let mut batch = Writes::default();
             write(&mut batch, Overlay::new(), &records);
             for key in moved {
                 batch.remove(key);
             }
-            db.apply_batch(batch)?;
+            db.apply_batch(batch.into_batch())?;
         },
     }
     db.insert(META_FORMAT, &FORMAT.to_be_bytes())?;

@@ -24,7 +24,7 @@ use parking_lot::{RwLock, RwLockWriteGuard};
 
 use crate::block::Record;
 use crate::count_cache::CountCache;
-use crate::defrag;
+use crate::defrag::{self, Copying};
 use crate::error::{Error, Result};
 use crate::hash::{Hasher, KeyValueHash, COMPACTION_HASHES_KEPT};
 use crate::index::{RangeEnd, TreeIndex};
@@ -43,6 +43,7 @@ use crate::request::{
 use crate::revision::Revision;
 use crate::txn;
 use crate::validate;
+use crate::writes::Writes;
 
 /// Prefix of the space holding each lease's granted TTL.
 const LEASE_SPACE: u8 = b'l';
@@ -163,11 +164,19 @@ struct State {
     membership: Option<Vec<u8>>,
     /// The auth record, as stored under `META_AUTH`.
     auth: Option<Vec<u8>>,
+    /// A defragmentation under way, which every commit repeats into (see
+    /// defrag.rs); a restore drops it, which aborts the defragmentation.
+    copying: Option<Copying>,
 }
 
 /// A multi-version store on sled with etcd's revision semantics.
 pub struct Store {
+    /// The store's base path; its current database is in the directory
+    /// of its generation (see defrag.rs).
     path: PathBuf,
+    /// The current generation, held for the whole of a defragmentation so
+    /// that one runs at a time.
+    generation: parking_lot::Mutex<u64>,
     /// Behind a lock only so that [`Store::defragment`] can swap it; taken
     /// after `state` by whoever takes both.
     db: RwLock<sled::Db>,
@@ -212,7 +221,7 @@ fn keep_record(state: &mut State, batch: &mut Batch, request: &WriteRequest, rec
         WriteRequest::Membership(_) => (META_MEMBERSHIP, &mut state.membership, WriteResponse::Membership),
         _ => (META_AUTH, &mut state.auth, WriteResponse::Auth),
     };
-    batch.sled.insert(key, record);
+    batch.writes.insert(key, record);
     *kept = Some(record.to_vec());
     Applied {
         response: Ok(response),
@@ -345,8 +354,8 @@ impl Store {
 
     /// As [`Store::open`], with etcd's `--max-txn-ops`.
     pub fn open_with(path: &Path, max_txn_ops: usize) -> Result<Store> {
-        defrag::recover(path)?;
-        let db = open_db(path)?;
+        let generation = defrag::recover(path)?;
+        let db = open_db(&defrag::generation_dir(path, generation))?;
         records::upgrade(&db)?;
         let (index, leases, current_revision, compact_revision) = rebuild(&db)?;
         let consistent_index = read_i64(&db, META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
@@ -357,6 +366,7 @@ impl Store {
         let auth = db.get(META_AUTH)?.map(|bytes| bytes.to_vec());
         Ok(Store {
             path: path.to_path_buf(),
+            generation: parking_lot::Mutex::new(generation),
             db: RwLock::new(db),
             state: RwLock::new(State {
                 index,
@@ -370,6 +380,7 @@ impl Store {
                 alarms,
                 membership,
                 auth,
+                copying: None,
             }),
             alarm_kinds,
             max_txn_ops,
@@ -817,8 +828,10 @@ impl Store {
     fn restore_items(&self, target: RestoreFor, mut input: impl std::io::Read) -> Result<()> {
         self.check_usable()?;
         let mut state = self.state.write();
-        // What the open batch holds is replaced with the rest.
+        // What the open batch holds is replaced with the rest, and a
+        // defragmentation under way is abandoned.
         state.batch = Batch::default();
+        state.copying = None;
         let mut batch = sled::Batch::default();
         for item in self.db.read().iter() {
             batch.remove(item?.0);
@@ -876,6 +889,7 @@ impl Store {
             alarms,
             membership: self.db.read().get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec()),
             auth: self.db.read().get(META_AUTH)?.map(|bytes| bytes.to_vec()),
+            copying: None,
         };
         self.publish(&state, true);
         Ok(())
@@ -931,39 +945,83 @@ impl Store {
         (0..32).contains(&kind) && self.alarm_kinds.load(Ordering::Acquire) & 1 << kind != 0
     }
 
-    /// etcd's Defragment: rewrites the store into a fresh database holding
-    /// only what is live, and swaps it in (see `defrag.rs`). Applies and
-    /// reads wait meanwhile, as etcd's defragmentation blocks its backend.
-    /// A failure once the old database is closed leaves the store
-    /// unusable until it is reopened, which finishes or discards the
-    /// rewrite.
+    /// etcd's Defragment: copies the store into a fresh database holding
+    /// only what is live, and switches to it, while applies and reads go
+    /// on; each waits at most one chunk of the copy, or the switch (see
+    /// defrag.rs). One runs at a time; a second waits for the first. A
+    /// restore meanwhile abandons it, with an error. A failure after the
+    /// new generation became current leaves the store unusable until it
+    /// is reopened.
     pub fn defragment(&self) -> Result<()> {
         self.check_usable()?;
-        let mut state = self.state.write();
-        let mut db = self.db.write();
-        commit(&db, &self.poisoned, &mut state, self.observer.get())?;
-        db.flush()?;
-        let rewrite = defrag::rewrite_path(&self.path);
-        defrag::recover(&self.path)?;
-        {
-            let fresh = open_db(&rewrite)?;
-            defrag::copy(&db, &fresh)?;
+        let mut generation = self.generation.lock();
+        let next = *generation + 1;
+        let dir = defrag::generation_dir(&self.path, next);
+        defrag::discard(&dir)?;
+        let copied = self.copy_into(&dir);
+        if copied.is_err() {
+            self.state.write().copying = None;
+            defrag::discard(&dir)?;
+            return copied;
         }
-        defrag::sync_rewrite(&self.path)?;
-        // Crash tests stop the process here, the rewrite complete.
+        // Crash tests stop the process here, the copy complete.
         fail::fail_point!("mvcc::defrag_copied", |_| std::process::abort());
-        // From here the store has no database of its own until reopened.
-        let swapped = (|| {
-            let placeholder = sled::Config::new().temporary(true).open()?;
-            drop(std::mem::replace(&mut *db, placeholder));
-            defrag::swap_in(&self.path)?;
-            *db = open_db(&self.path)?;
-            Ok(())
-        })();
-        if swapped.is_err() {
-            self.poisoned.store(true, Ordering::Release);
+        let old = match self.switch_to(next) {
+            Ok(old) => old,
+            Err(error) => {
+                if !self.poisoned.load(Ordering::Acquire) {
+                    defrag::discard(&dir)?;
+                }
+                return Err(error);
+            }
+        };
+        *generation = next;
+        // Crash tests stop the process here, the old generation not yet gone.
+        fail::fail_point!("mvcc::defrag_switched", |_| std::process::abort());
+        drop(old);
+        defrag::discard(&defrag::generation_dir(&self.path, next - 1))
+    }
+
+    /// Copies the store into a fresh database in `dir`, chunk by chunk,
+    /// leaving it in `State::copying`, complete and kept equal by every
+    /// commit, its files flushed and its directories synced.
+    fn copy_into(&self, dir: &Path) -> Result<()> {
+        let fresh = open_db(dir)?;
+        {
+            let mut state = self.state.write();
+            commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
+            state.copying = Some(Copying::new(fresh.clone()));
         }
-        swapped
+        loop {
+            let mut state = self.state.write();
+            let copying = state.copying.as_mut().ok_or_else(abandoned)?;
+            let complete = copying.copy_chunk(&self.db.read())?;
+            // Handed straight to a waiting applier or reader.
+            RwLockWriteGuard::unlock_fair(state);
+            if complete {
+                break;
+            }
+        }
+        // Most of the flush, outside the lock; the switch flushes the rest.
+        fresh.flush()?;
+        defrag::sync_tree(dir)
+    }
+
+    /// Makes generation `next`, whose copy is complete, the store's
+    /// database, and returns the old one. Under the state lock: commits
+    /// the open batch into both, flushes the fresh one and replaces the
+    /// pointer file. A failure once the pointer may have changed poisons
+    /// the store.
+    fn switch_to(&self, next: u64) -> Result<sled::Db> {
+        let mut state = self.state.write();
+        commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
+        let copying = state.copying.take().ok_or_else(abandoned)?;
+        copying.fresh.flush()?;
+        if let Err(error) = defrag::switch_to(&self.path, next) {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(error);
+        }
+        Ok(std::mem::replace(&mut *self.db.write(), copying.fresh))
     }
 
     /// Bytes of what the store holds now (keys and values as stored): what
@@ -1009,6 +1067,11 @@ impl Drop for Store {
     }
 }
 
+/// The error of a defragmentation a restore abandoned.
+fn abandoned() -> Error {
+    Error::Storage("the defragmentation was abandoned: a snapshot was restored meanwhile".into())
+}
+
 /// Hands the open batch to sled as one atomic batch, with the current and
 /// compact revisions and the consistent index it reaches. A failure
 /// poisons the store: its index is then ahead of storage.
@@ -1018,12 +1081,17 @@ fn commit(db: &sled::Db, poisoned: &AtomicBool, state: &mut State, observer: Opt
     }
     let started = Instant::now();
     let batch = std::mem::take(&mut state.batch);
-    let mut sled_batch = batch.sled;
-    records::write(&mut sled_batch, batch.overlay, &batch.records);
-    sled_batch.insert(META_CURRENT_REVISION, &state.current_revision.to_be_bytes());
-    sled_batch.insert(META_COMPACT_REVISION, &state.compact_revision.to_be_bytes());
-    sled_batch.insert(META_CONSISTENT_INDEX, &(state.consistent_index as i64).to_be_bytes());
-    if let Err(error) = db.apply_batch(sled_batch) {
+    let mut writes = batch.writes;
+    records::write(&mut writes, batch.overlay, &batch.records);
+    writes.insert(META_CURRENT_REVISION, &state.current_revision.to_be_bytes());
+    writes.insert(META_COMPACT_REVISION, &state.compact_revision.to_be_bytes());
+    writes.insert(META_CONSISTENT_INDEX, &(state.consistent_index as i64).to_be_bytes());
+    if let Some(error) = state.copying.as_ref().and_then(|copying| copying.tee(&writes).err()) {
+        // The store itself is intact: only the defragmentation ends.
+        tracing::warn!(%error, "a defragmentation's fresh database failed a write; abandoning it");
+        state.copying = None;
+    }
+    if let Err(error) = db.apply_batch(writes.into_batch()) {
         poisoned.store(true, Ordering::Release);
         tracing::error!(%error, "sled failed to apply a batch; the store is poisoned");
         return Err(error.into());
@@ -1099,7 +1167,7 @@ fn grant_lease(state: &mut State, batch: &mut Batch, request: &LeaseGrantRequest
         return Err(Error::LeaseExists);
     }
     state.leases.grant(request.id, request.ttl);
-    batch.sled.insert(&lease_key(request.id), &request.ttl.to_be_bytes());
+    batch.writes.insert(&lease_key(request.id), &request.ttl.to_be_bytes());
     Ok(LeaseGrantResponse {
         revision: state.current_revision,
         id: request.id,
@@ -1129,7 +1197,7 @@ fn change_alarm(state: &mut State, batch: &mut Batch, request: &AlarmRequest) ->
     } else {
         state.alarms.remove(&request.alarm).then_some(request.alarm)
     };
-    batch.sled.insert(META_ALARMS, encode_alarms(&state.alarms));
+    batch.writes.insert(META_ALARMS, encode_alarms(&state.alarms));
     AlarmResponse { alarm: changed }
 }
 
@@ -1141,7 +1209,8 @@ struct Batch {
     opened: Option<Instant>,
     /// Encoded bytes of `records`.
     bytes: usize,
-    sled: sled::Batch,
+    /// Writes besides the stored revisions: leases, alarms, records.
+    writes: Writes,
     /// Where in `records` each revision this batch wrote is, so later
     /// requests read it. Only the encoded copy is kept, decoded on read:
     /// a put then costs one encode instead of an encode and a clone.
@@ -1216,7 +1285,7 @@ impl StoreTxn<'_> {
                 ..DeleteRangeRequest::default()
             })?;
         }
-        self.batch.sled.remove(&lease_key(request.id));
+        self.batch.writes.remove(&lease_key(request.id));
         Ok(LeaseRevokeResponse {
             revision: self.revision(),
         })
@@ -1446,6 +1515,82 @@ mod tests {
         let reopened = Store::open(&path).unwrap();
         assert_eq!(reopened.range(&everything).unwrap().kvs.len(), 101);
         assert_eq!(reopened.current_revision(), revision + 1);
+    }
+
+    // Goal: writes applied while a defragmentation copies (overwrites of
+    // keys the copy has passed and has not, deletes, new keys) are all in
+    // the store after the switch and after reopening, and each
+    // defragmentation leaves only its own generation on disk.
+    #[test]
+    fn defragment_while_writing_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kv");
+        let store = Arc::new(Store::open(&path).unwrap());
+        let put = |key: String, value: usize| {
+            WriteRequest::Put(PutRequest {
+                key: key.into_bytes(),
+                value: format!("{value:01000}").into_bytes(),
+                ..PutRequest::default()
+            })
+        };
+        for batch in 0..100 {
+            let puts: Vec<_> = (0..100).map(|i| put(format!("k{:05}", batch * 100 + i), 0)).collect();
+            store.apply(batch as u64 + 1, &puts).unwrap();
+        }
+        let done = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (store, done) = (store.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut index = 100u64;
+                let mut during = 0;
+                while !done.load(Ordering::Acquire) && index < 100_000 {
+                    index += 1;
+                    let n = index as usize;
+                    let delete = WriteRequest::DeleteRange(DeleteRangeRequest {
+                        key: format!("k{:05}", n * 7919 % 10_000).into_bytes(),
+                        range_end: Vec::new(),
+                        prev_kv: false,
+                    });
+                    let writes = [
+                        put(format!("k{:05}", n * 31 % 10_000), n),
+                        put(format!("n{n:06}"), n),
+                        delete,
+                    ];
+                    store.apply(index, &writes).unwrap();
+                    during += 1;
+                }
+                (index, during)
+            })
+        };
+        store.defragment().unwrap();
+        store.defragment().unwrap();
+        done.store(true, Ordering::Release);
+        let (index, during) = writer.join().unwrap();
+        assert!(during > 10, "only {during} applies ran during the defragmentations");
+        let everything = RangeRequest {
+            key: vec![0],
+            range_end: vec![0],
+            ..RangeRequest::default()
+        };
+        let served = store.range(&everything).unwrap();
+        assert_eq!(store.consistent_index(), index);
+        drop(store);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(
+            names
+                .iter()
+                .filter(|name| name.starts_with("kv") && *name != "kv.current")
+                .count(),
+            1,
+            "{names:?}"
+        );
+        assert!(names.contains(&"kv.2".to_string()), "{names:?}");
+        let reopened = Store::open(&path).unwrap();
+        assert_eq!(reopened.range(&everything).unwrap(), served);
+        assert_eq!(reopened.consistent_index(), index);
     }
 
     fn alarm(member_id: u64, kind: i32, activate: bool) -> WriteRequest {
