@@ -19,8 +19,6 @@
 
 mod common;
 
-use serde_json::Value;
-
 /// Apply batches each member takes before its store stalls: past the
 /// cluster's start, early in the benchmark's puts.
 const BATCHES_BEFORE_STALL: u32 = 200;
@@ -29,36 +27,6 @@ const STALL_MS: u64 = 5_000;
 /// Puts at 200 clients: long enough (well over the stall) that the stall
 /// comes under load on every member.
 const PUTS: &str = "40000";
-
-/// (leader id, raft term) as each member reports it.
-fn leaders(endpoints: &str) -> Vec<(u64, u64)> {
-    let output = common::etcdctl(endpoints, &["endpoint", "status", "-w", "json"]);
-    assert!(output.status.success(), "{}", common::text(&output));
-    let status: Value = serde_json::from_slice(&output.stdout).expect("json");
-    status
-        .as_array()
-        .expect("one status per member")
-        .iter()
-        .map(|member| {
-            let status = &member["Status"];
-            (
-                status["leader"].as_u64().expect("leader"),
-                status["raftTerm"].as_u64().expect("raftTerm"),
-            )
-        })
-        .collect()
-}
-
-fn leader_changes(port: u16) -> f64 {
-    let metrics = common::http_get(port, "/metrics");
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix("etcd_server_leader_changes_seen_total "))
-        .expect("etcd_server_leader_changes_seen_total")
-        .trim()
-        .parse()
-        .expect("a number")
-}
 
 #[test]
 fn a_stalled_store_costs_no_election() {
@@ -81,11 +49,11 @@ fn a_stalled_store_costs_no_election() {
     }
     cluster.start_all();
     let endpoints = cluster.endpoints();
-    let before = leaders(&endpoints);
+    let before = common::leaders_and_terms(&endpoints);
     let (leader, term) = before[0];
     assert!(before.iter().all(|&status| status == (leader, term)), "{before:?}");
     let ports: Vec<u16> = cluster.members.iter().map(|m| m.client_port).collect();
-    let changes: Vec<f64> = ports.iter().map(|&port| leader_changes(port)).collect();
+    let changes: Vec<f64> = ports.iter().map(|&port| common::leader_changes(port)).collect();
 
     let report = common::etcd_benchmark(&[
         &format!("--endpoints={endpoints}"),
@@ -109,12 +77,12 @@ fn a_stalled_store_costs_no_election() {
         "the stall did not happen under load: slowest put {slowest} s\n{report}"
     );
 
-    let after = leaders(&endpoints);
+    let after = common::leaders_and_terms(&endpoints);
     assert!(
         after.iter().all(|&status| status == (leader, term)),
         "leader or term changed: {before:?} -> {after:?}"
     );
-    let changes_after: Vec<f64> = ports.iter().map(|&port| leader_changes(port)).collect();
+    let changes_after: Vec<f64> = ports.iter().map(|&port| common::leader_changes(port)).collect();
     assert_eq!(changes_after, changes, "leader changes seen");
     cluster.stop();
 }

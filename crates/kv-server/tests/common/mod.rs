@@ -198,6 +198,40 @@ pub async fn leader(endpoints: &[String], call_timeout: Duration) -> (usize, u64
     }
 }
 
+/// `etcdctl endpoint status -w json`: each member's `Status` object.
+pub fn endpoint_status(endpoints: &str) -> Vec<serde_json::Value> {
+    let output = etcdctl(endpoints, &["endpoint", "status", "-w", "json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    let members = status.as_array().expect("one status per member");
+    members.iter().map(|member| member["Status"].clone()).collect()
+}
+
+/// (leader id, raft term) as each member reports it.
+pub fn leaders_and_terms(endpoints: &str) -> Vec<(u64, u64)> {
+    endpoint_status(endpoints)
+        .iter()
+        .map(|status| {
+            (
+                status["leader"].as_u64().expect("leader"),
+                status["raftTerm"].as_u64().expect("raftTerm"),
+            )
+        })
+        .collect()
+}
+
+/// Each leader change the member at `port` saw, from its /metrics.
+pub fn leader_changes(port: u16) -> f64 {
+    let metrics = http_get(port, "/metrics");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("etcd_server_leader_changes_seen_total "))
+        .expect("etcd_server_leader_changes_seen_total")
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
 /// Asserts that `result` failed with etcd's gRPC `code` and exact
 /// `message` (clients match errors by message text); `what` names the
 /// case in failures.
