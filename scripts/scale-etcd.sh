@@ -20,6 +20,16 @@
 #   restart   kill -9 of that follower, then the time from its start until
 #             it answers a serializable get (its port polled every 20 ms,
 #             then etcdctl)
+#   rewrite   every key put again with 1 KiB values (so the store holds
+#             over 1 GB at 1M keys, and every first value is garbage)
+#   quiet     KEYS/2 puts of 256 bytes at 1000 clients to the leader: p99,
+#             the longest put, failed puts and leader changes
+#   compact   the same load, with a compaction at the rewrite's revision
+#             (every revision of the first fill) 2 s into it: the same
+#             figures, and how long the compaction call took
+#   defrag    the same load, with `etcdctl defrag` of the leader 2 s into
+#             it: the same figures, the defrag's time and dbSize before
+#             and after
 #   scripts/scale-etcd.sh [KEYS]     (default 1000000)
 # SCALE_SERVERS picks the servers and their order (default "etcd etcd-3.7
 # kv-server"). Needs etcd's tools (scripts/etcd-peers.sh) and go; builds
@@ -66,7 +76,8 @@ read_row() {  # name row pid port mode
 
 measure() {  # name binary
     local name=$1 binary=$2 dir="$work/$1" before after started ticks_before report member port pid
-    scripts/local-cluster.sh start "$binary" "$dir"
+    # Room for the rewrite's 1 KiB values beside the first fill's.
+    scripts/local-cluster.sh start "$binary" "$dir" --quota-backend-bytes=8589934592
     before=$(max_rss_kb "$dir")
     ticks_before=$(member_ticks "$dir")
     started=$(date +%s.%N)
@@ -88,7 +99,7 @@ measure() {  # name binary
     for mode in list keys count stream; do
         read_row "$name" "$mode" "$pid" "$port" "$mode"
     done
-    scripts/local-cluster.sh restart "$binary" "$dir" "$member"
+    scripts/local-cluster.sh restart "$binary" "$dir" "$member" --quota-backend-bytes=8589934592
     started=$(date +%s.%N)
     local served=no
     for _ in $(seq 1 $POLLS_MAX); do
@@ -103,7 +114,67 @@ measure() {  # name binary
         sleep 0.02
     done
     printf '%-10s restart   serving after %.2f s (%s)\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)" "$served"
+    maintenance_rows "$name" "$dir"
     scripts/local-cluster.sh stop "$dir"
+}
+
+# The leader's client endpoint.
+leader_endpoint() {
+    "$ETCDCTL_BIN" --endpoints=$endpoints endpoint status -w simple | awk -F', ' '$5 == "true" {print $1}'
+}
+
+# Leader changes every member has seen, summed, from /metrics.
+leader_changes() {
+    local member sum=0 count
+    for member in ${endpoints//,/ }; do
+        count=$(curl -fsS "http://$member/metrics" | awk '/^etcd_server_leader_changes_seen_total / {print $2}')
+        sum=$((sum + ${count:-0}))
+    done
+    echo "$sum"
+}
+
+# KEYS/2 puts at 1000 clients to the leader; ACTION (a shell command, or
+# nothing) runs 2 s into them and is timed. Prints the row.
+load_row() {  # name row action
+    local name=$1 row=$2 action=$3 changes report took=- load
+    changes=$(leader_changes)
+    load=$(mktemp)
+    "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
+        put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size=256 --total=$((keys / 2)) > "$load" 2>&1 &
+    if [ -n "$action" ]; then
+        sleep 2
+        local started
+        started=$(date +%s.%N)
+        eval "$action" > /dev/null
+        took=$(printf '%.2f s' "$(echo "$(date +%s.%N) - $started" | bc)")
+    fi
+    wait $!
+    report=$(cat "$load")
+    rm -f "$load"
+    printf '%-10s %-9s p99 %s ms, longest %s ms, %d failed, %d leader changes, took %s\n' "$name" "$row" \
+        "$(echo "$report" | awk '/ 99% in / {printf "%.0f", $3 * 1000}')" \
+        "$(echo "$report" | awk '/Slowest:/ {printf "%.0f", $2 * 1000}')" \
+        "$(echo "$report" | awk -F'[][]' '/^ *\[[0-9]+\]/ {n += $2} END {print n + 0}')" \
+        $(($(leader_changes) - changes)) "$took"
+}
+
+db_size_mb() {  # endpoint
+    "$ETCDCTL_BIN" --endpoints="$1" endpoint status -w json | grep -o '"dbSize":[0-9]*' | awk -F: '{printf "%.0f", $2 / 1048576}'
+}
+
+maintenance_rows() {  # name dir
+    local name=$1 started revision leader before
+    started=$(date +%s.%N)
+    "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
+        put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size=1024 --total="$keys" > /dev/null 2>&1
+    revision=$("$ETCDCTL_BIN" --endpoints=$endpoints endpoint status -w json | grep -o '"revision":[0-9]*' | head -1 | cut -d: -f2)
+    printf '%-10s rewrite   %.0f s\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)"
+    load_row "$name" quiet ""
+    load_row "$name" compact "'$ETCDCTL_BIN' --endpoints=$endpoints --command-timeout=600s compact $revision"
+    leader=$(leader_endpoint)
+    before=$(db_size_mb "$leader")
+    load_row "$name" defrag "'$ETCDCTL_BIN' --endpoints=$leader --command-timeout=600s defrag"
+    printf '%-10s dbsize    %s MB before the defrag, %s MB after\n' "$name" "$before" "$(db_size_mb "$leader")"
 }
 
 printf 'scale: %s keys of 256 bytes, 3 members on loopback, %s\n' "$keys" "$(date -u +%F)"

@@ -216,6 +216,9 @@ enum Step {
     Apply(Vec<WriteRequest>),
     Range(RangeRequest),
     Restart,
+    /// Steps of queued compaction work, as the server's apply stage does
+    /// them between applies: any interleaving must read the same.
+    CompactSteps(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -223,6 +226,7 @@ fn step() -> impl Strategy<Value = Step> {
         6 => prop::collection::vec(write_request(), 1..4).prop_map(Step::Apply),
         4 => range_request().prop_map(Step::Range),
         1 => Just(Step::Restart),
+        2 => (1usize..4).prop_map(Step::CompactSteps),
     ]
 }
 
@@ -254,6 +258,11 @@ proptest! {
                 }
                 Step::Range(request) => {
                     prop_assert_eq!(store.range(request), model.range(request, model.current), "step {}: {:?}", number, request);
+                }
+                Step::CompactSteps(steps) => {
+                    for _ in 0..*steps {
+                        store.compact_step().unwrap();
+                    }
                 }
                 Step::Restart => {
                     drop(store);

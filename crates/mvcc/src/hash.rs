@@ -43,8 +43,9 @@
 //! remembers the last [`COMPACTION_HASHES_KEPT`] of these, in memory
 //! only, and HashKV at a revision equal to one of them answers it (with
 //! its compact revision `P`), before any other check. This store does
-//! the same (`Store::apply`), so after compacting at `R`, HashKV at `R`
-//! still equals what it was before the compaction, compact revision
+//! the same (the hash job of compaction.rs, which runs before the
+//! compaction removes anything), so after compacting at `R`, HashKV at
+//! `R` still equals what it was before the compaction, compact revision
 //! included.
 
 use std::collections::HashSet;
@@ -73,16 +74,17 @@ pub struct KeyValueHash {
 }
 
 /// Hashes stored revisions fed in revision order (see the module docs).
-pub struct Hasher<'k> {
+/// Owns its keep set, so that a compaction's hash can be taken in steps.
+pub struct Hasher {
     crc: u32,
     compact_revision: i64,
     revision: i64,
-    keep: &'k HashSet<Revision>,
+    keep: HashSet<Revision>,
     scratch: Vec<u8>,
 }
 
-impl<'k> Hasher<'k> {
-    pub fn new(compact_revision: i64, revision: i64, keep: &'k HashSet<Revision>) -> Hasher<'k> {
+impl Hasher {
+    pub fn new(compact_revision: i64, revision: i64, keep: HashSet<Revision>) -> Hasher {
         Hasher {
             crc: crc32c::crc32c(KEY_BUCKET_NAME),
             compact_revision,
@@ -107,6 +109,11 @@ impl<'k> Hasher<'k> {
         self.scratch.clear();
         encode_etcd_value(kv, tombstone, &mut self.scratch);
         self.crc = crc32c::crc32c_append(self.crc, &self.scratch);
+    }
+
+    /// The revision the hash covers: revisions above it are not hashed.
+    pub fn revision(&self) -> i64 {
+        self.revision
     }
 
     pub fn finish(self) -> KeyValueHash {
@@ -160,8 +167,8 @@ mod tests {
     #[test]
     fn empty_hash_and_value_bytes_are_etcds() {
         let keep = HashSet::new();
-        assert_eq!(Hasher::new(-1, 1, &keep).finish().hash, 1_084_519_789);
-        let mut after_put = Hasher::new(-1, 2, &keep);
+        assert_eq!(Hasher::new(-1, 1, keep.clone()).finish().hash, 1_084_519_789);
+        let mut after_put = Hasher::new(-1, 2, keep);
         let a = KeyValue {
             key: b"a".to_vec(),
             create_revision: 2,
@@ -203,7 +210,7 @@ mod tests {
             ..KeyValue::default()
         };
         let hash = |compact, at, keep: &HashSet<Revision>, fed: &[(i64, bool)]| {
-            let mut hasher = Hasher::new(compact, at, keep);
+            let mut hasher = Hasher::new(compact, at, keep.clone());
             for &(main, tombstone) in fed {
                 hasher.write(Revision::new(main, 0), tombstone, &kv);
             }

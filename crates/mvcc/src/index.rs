@@ -162,20 +162,54 @@ impl TreeIndex {
     /// hash uses; see `hash.rs`).
     pub fn compact(&mut self, at: i64) -> Compacted {
         let mut compacted = Compacted::default();
-        self.keys.retain(|_, history| {
-            let before: Vec<Slot> = history.slots().take_while(|slot| slot.main() <= at).collect();
-            let kept = history.compact(at);
-            compacted.kept.extend(kept);
-            compacted.removable.extend(
-                before
-                    .into_iter()
+        let mut after = None;
+        while let Some(last) = self.compact_some(at, after.as_deref(), usize::MAX, &mut compacted) {
+            after = Some(last);
+        }
+        compacted
+    }
+
+    /// [`TreeIndex::compact`] of at most `limit` histories, those of the
+    /// keys after `after` (from the first key when `None`), adding to
+    /// `into`. Returns the last key it compacted, or `None` when it
+    /// reached the last key, so that a compaction can go in steps.
+    /// Compacting one history at `at` changes no read at or after `at`,
+    /// so the index may stay part compacted between steps.
+    pub fn compact_some(
+        &mut self,
+        at: i64,
+        after: Option<&[u8]>,
+        limit: usize,
+        into: &mut Compacted,
+    ) -> Option<Box<[u8]>> {
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let keys: Vec<Box<[u8]>> = self
+            .keys
+            .range::<[u8], _>((lower, Bound::Unbounded))
+            .take(limit)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in &keys {
+            let history = self.keys.get_mut(key).expect("a key just listed");
+            let kept = history.kept_at(at).map(Slot::revision);
+            into.removable.extend(
+                history
+                    .slots()
+                    .take_while(|slot| slot.main() <= at)
                     .filter(|slot| Some(slot.revision()) != kept)
                     .map(|slot| (slot.revision(), slot.is_tombstone())),
             );
-            history.shrink_to_fit();
-            !history.is_empty()
-        });
-        compacted
+            into.kept.extend(history.compact(at));
+            if history.is_empty() {
+                self.keys.remove(key);
+            } else {
+                history.shrink_to_fit();
+            }
+        }
+        match keys.len() < limit {
+            true => None,
+            false => keys.into_iter().last(),
+        }
     }
 
     /// The revisions a compaction at `at` would keep from at or below

@@ -8,6 +8,8 @@
 //! - [`key_index`]: one key's history of revisions (generations, tombstones).
 //! - [`index`]: every key's history, ordered by key; range visits, compaction.
 //! - [`range`]: limit, filters, sort, count and `more`, in etcd's order.
+//! - [`compaction`]: a compaction's hash and removals, queued and done
+//!   in steps after its apply.
 //! - [`count_cache`]: counts of recent limited ranges, for paginated lists.
 //! - [`lease`]: leases' TTLs and the keys attached to each.
 //! - [`txn`]: compares and branch execution, against the traits only.
@@ -67,6 +69,7 @@
 //! segments.
 
 pub mod block;
+pub mod compaction;
 pub mod count_cache;
 pub mod defrag;
 pub mod error;

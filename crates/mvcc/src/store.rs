@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{RwLock, RwLockWriteGuard};
 
 use crate::block::Record;
+use crate::compaction::{Backlog, Step, COMPACTION_STEP_KEYS};
 use crate::count_cache::CountCache;
 use crate::defrag::{self, Copying};
 use crate::error::{Error, Result};
@@ -156,6 +157,8 @@ struct State {
     compaction_hashes: VecDeque<KeyValueHash>,
     /// Applied writes sled does not have yet (see the module docs).
     batch: Batch,
+    /// Compaction work queued after its apply (see compaction.rs).
+    compactions: Backlog,
     /// Counts of recent limited ranges (see count_cache.rs).
     counts: CountCache,
     /// The raised alarms, as stored under `META_ALARMS`.
@@ -203,6 +206,8 @@ pub struct Store {
     /// background tasks, which must not wait behind the state's lock.
     published_revision: AtomicI64,
     published_compact: AtomicI64,
+    /// Whether `State::compactions` holds work, readable without a lock.
+    compaction_queued: AtomicBool,
 }
 
 /// Whom a restore is for.
@@ -357,39 +362,22 @@ impl Store {
         let generation = defrag::recover(path)?;
         let db = open_db(&defrag::generation_dir(path, generation))?;
         records::upgrade(&db)?;
-        let (index, leases, current_revision, compact_revision) = rebuild(&db)?;
         let consistent_index = read_i64(&db, META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
-        let alarms = read_alarms(&db)?;
-        let alarm_kinds = AtomicU32::new(kinds_of(&alarms));
-        let membership = db.get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec());
-        let published_membership = membership.clone();
-        let auth = db.get(META_AUTH)?.map(|bytes| bytes.to_vec());
+        let state = load_state(&db, consistent_index)?;
         Ok(Store {
             path: path.to_path_buf(),
             generation: parking_lot::Mutex::new(generation),
             db: RwLock::new(db),
-            state: RwLock::new(State {
-                index,
-                leases,
-                current_revision,
-                compact_revision,
-                consistent_index,
-                compaction_hashes: VecDeque::new(),
-                batch: Batch::default(),
-                counts: CountCache::default(),
-                alarms,
-                membership,
-                auth,
-                copying: None,
-            }),
-            alarm_kinds,
+            alarm_kinds: AtomicU32::new(kinds_of(&state.alarms)),
             max_txn_ops,
             poisoned: AtomicBool::new(false),
             observer: OnceLock::new(),
-            published: parking_lot::Mutex::new((consistent_index, published_membership)),
+            published: parking_lot::Mutex::new((consistent_index, state.membership.clone())),
             published_index: AtomicU64::new(consistent_index),
-            published_revision: AtomicI64::new(current_revision),
-            published_compact: AtomicI64::new(compact_revision),
+            published_revision: AtomicI64::new(state.current_revision),
+            published_compact: AtomicI64::new(state.compact_revision),
+            compaction_queued: AtomicBool::new(!state.compactions.is_empty()),
+            state: RwLock::new(state),
         })
     }
 
@@ -595,7 +583,7 @@ impl Store {
         match request {
             WriteRequest::Compaction(compaction) => {
                 return Applied {
-                    response: self.compact(state, batch, compaction).map(WriteResponse::Compaction),
+                    response: self.compact(state, compaction).map(WriteResponse::Compaction),
                     events: Vec::new(),
                 }
             }
@@ -657,49 +645,19 @@ impl Store {
     /// Cost: the hash reads every stored revision at or below the compact
     /// revision, under the write lock, so a compaction pauses applies and
     /// reads for about as long as a HashKV of the whole store takes.
-    fn compact(&self, state: &mut State, batch: &mut Batch, request: &CompactionRequest) -> Result<CompactionResponse> {
+    fn compact(&self, state: &mut State, request: &CompactionRequest) -> Result<CompactionResponse> {
         if request.revision <= state.compact_revision {
             return Err(Error::Compacted);
         }
         if request.revision > state.current_revision {
             return Err(Error::FutureRevision);
         }
-        let compacted = state.index.compact(request.revision);
-        let hash = match self.compaction_hash(batch, state.compact_revision, request.revision, &compacted.kept) {
-            Ok(hash) => hash,
-            Err(error) => {
-                // The index has moved on without storage: refuse everything.
-                self.poisoned.store(true, Ordering::Release);
-                return Err(error);
-            }
-        };
-        let mut stored = Vec::new();
-        let mut written = HashSet::new();
-        for (revision, _) in compacted.removable {
-            if batch.pending.contains_key(&revision) {
-                written.insert(revision);
-            } else {
-                stored.push(revision);
-            }
-        }
-        if !written.is_empty() {
-            batch.records.retain(|record| !written.contains(&record.revision));
-            batch.pending = batch
-                .records
-                .iter()
-                .enumerate()
-                .map(|(position, record)| (record.revision, position))
-                .collect();
-        }
-        if let Err(error) = records::drop_revisions(&self.db.read(), &mut batch.overlay, stored) {
-            self.poisoned.store(true, Ordering::Release);
-            return Err(error);
-        }
+        // The work is queued, and done in steps (see compaction.rs).
+        state
+            .compactions
+            .push_compaction(state.compact_revision, request.revision);
+        self.compaction_queued.store(true, Ordering::Release);
         state.compact_revision = request.revision;
-        state.compaction_hashes.push_back(hash);
-        if state.compaction_hashes.len() > COMPACTION_HASHES_KEPT {
-            state.compaction_hashes.pop_front();
-        }
         Ok(CompactionResponse {
             revision: state.current_revision,
         })
@@ -709,12 +667,14 @@ impl Store {
     /// (see `hash.rs`): every revision stored at or below `at` (through the
     /// overlay of an earlier compaction in this batch), then what this
     /// batch wrote (all newer than anything stored).
+    /// HashKV's hash at `at` with compact revision `previous_compact`, in
+    /// one pass over the stored revisions.
     fn compaction_hash(
         &self,
         batch: &Batch,
         previous_compact: i64,
         at: i64,
-        kept: &HashSet<Revision>,
+        kept: HashSet<Revision>,
     ) -> Result<KeyValueHash> {
         let mut hasher = Hasher::new(previous_compact, at, kept);
         visit_through(
@@ -730,6 +690,79 @@ impl Store {
         Ok(hasher.finish())
     }
 
+    /// Whether compaction work is queued (see compaction.rs). Reads no
+    /// lock.
+    pub fn compaction_pending(&self) -> bool {
+        self.compaction_queued.load(Ordering::Acquire)
+    }
+
+    /// Does one step of the queued compaction work, at most
+    /// [`crate::compaction::COMPACTION_STEP_REVISIONS`] revisions, under
+    /// the state lock; whether more remains. The server's apply stage
+    /// calls it between applies.
+    pub fn compact_step(&self) -> Result<bool> {
+        if !self.compaction_pending() {
+            return Ok(false);
+        }
+        self.check_usable()?;
+        let mut state = self.state.write();
+        if let Some(step) = state.compactions.next_step() {
+            self.run_step(&mut state, &step)?;
+            // An index step records its own progress (`run_step`).
+            let finished = match step {
+                Step::Index { .. } => None,
+                _ => state.compactions.done(&step),
+            };
+            if let Some(hash) = finished {
+                state.compaction_hashes.push_back(hash);
+                if state.compaction_hashes.len() > COMPACTION_HASHES_KEPT {
+                    state.compaction_hashes.pop_front();
+                }
+            }
+        }
+        let more = !state.compactions.is_empty();
+        self.compaction_queued.store(more, Ordering::Release);
+        Ok(more)
+    }
+
+    /// Does every step of the queued compaction work.
+    pub fn finish_compactions(&self) -> Result<()> {
+        while self.compact_step()? {}
+        Ok(())
+    }
+
+    fn run_step(&self, state: &mut State, step: &Step) -> Result<()> {
+        let db = self.db.read();
+        match step {
+            Step::Index { at, after } => {
+                let State { compactions, index, .. } = state;
+                let into = compactions.compacted().expect("an index step is of an index job");
+                let last = index.compact_some(*at, after.as_deref(), COMPACTION_STEP_KEYS, into);
+                compactions.index_done(last);
+                Ok(())
+            }
+            Step::Hash { from, to_main } => {
+                let State { compactions, batch, .. } = state;
+                let hasher = compactions.hasher().expect("a hash step is of a hash job");
+                visit_through(&db, batch, *from, *to_main, |revision, tombstone, kv| {
+                    hasher.write(revision, tombstone, &kv);
+                    Ok(())
+                })
+            }
+            Step::Remove(revisions) => {
+                // What it removes must be in sled, not in the open batch.
+                commit(&db, &self.poisoned, state, self.observer.get())?;
+                if let Err(error) = records::drop_revisions(&db, &mut state.batch.overlay, revisions.clone()) {
+                    // The index has moved on without storage: refuse everything.
+                    self.poisoned.store(true, Ordering::Release);
+                    return Err(error);
+                }
+                state.batch.opened.get_or_insert_with(Instant::now);
+                Ok(())
+            }
+        }
+    }
+
     /// etcd's HashKV: a hash of the stored key-values at or below
     /// `revision` (0 for the current one), equal to etcd's for the same
     /// history (see `hash.rs`), with the current revision.
@@ -741,7 +774,17 @@ impl Store {
     /// nothing, as in etcd.
     pub fn hash_kv(&self, revision: i64) -> Result<(KeyValueHash, i64)> {
         self.check_usable()?;
-        let state = self.state.read();
+        // Queued compaction work first, so that a compaction's hash is
+        // remembered and storage holds what the index does (hash.rs).
+        let mut state = self.state.read();
+        for _ in 0..HASH_DRAIN_TRIES_MAX {
+            if state.compactions.is_empty() {
+                break;
+            }
+            drop(state);
+            self.finish_compactions()?;
+            state = self.state.read();
+        }
         let current = state.current_revision;
         if let Some(remembered) = state.compaction_hashes.iter().find(|hash| hash.revision == revision) {
             return Ok((*remembered, current));
@@ -754,7 +797,7 @@ impl Store {
         }
         let at = if revision == 0 { current } else { revision };
         let keep = state.index.keep(at);
-        let hash = self.compaction_hash(&state.batch, state.compact_revision, at, &keep)?;
+        let hash = self.compaction_hash(&state.batch, state.compact_revision, at, keep)?;
         Ok((hash, current))
     }
 
@@ -873,24 +916,11 @@ impl Store {
         // sled's flush, not `Store::flush`: this holds the state lock, and
         // there is no open batch to commit.
         self.db.read().flush()?;
-        let (index, leases, current_revision, compact_revision) = rebuild(&self.db.read())?;
-        let alarms = read_alarms(&self.db.read())?;
-        self.alarm_kinds.store(kinds_of(&alarms), Ordering::Release);
         // Remembered compaction hashes describe the replaced history.
-        *state = State {
-            index,
-            leases,
-            current_revision,
-            compact_revision,
-            consistent_index,
-            compaction_hashes: VecDeque::new(),
-            batch: Batch::default(),
-            counts: CountCache::default(),
-            alarms,
-            membership: self.db.read().get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec()),
-            auth: self.db.read().get(META_AUTH)?.map(|bytes| bytes.to_vec()),
-            copying: None,
-        };
+        *state = load_state(&self.db.read(), consistent_index)?;
+        self.compaction_queued
+            .store(!state.compactions.is_empty(), Ordering::Release);
+        self.alarm_kinds.store(kinds_of(&state.alarms), Ordering::Release);
         self.publish(&state, true);
         Ok(())
     }
@@ -986,6 +1016,8 @@ impl Store {
     /// leaving it in `State::copying`, complete and kept equal by every
     /// commit, its files flushed and its directories synced.
     fn copy_into(&self, dir: &Path) -> Result<()> {
+        // What a compaction queued is not copied, only to be removed after.
+        self.finish_compactions()?;
         let fresh = open_db(dir)?;
         {
             let mut state = self.state.write();
@@ -1065,6 +1097,46 @@ impl Drop for Store {
             tracing::warn!(%error, "the open batch could not be written on close");
         }
     }
+}
+
+/// How many times HashKV finishes queued compaction work before it hashes
+/// anyway: compactions come minutes apart, so a second try is already
+/// rare; the bound keeps a stream of them from holding HashKV forever.
+const HASH_DRAIN_TRIES_MAX: usize = 10;
+
+/// The compaction work a store opened or restored with `index`, rebuilt
+/// from storage, still has: the revisions at or below `compact_revision`
+/// that a compaction dropped from the index but a stop cut short before
+/// storage lost them (see compaction.rs). Compacts `index` again to find
+/// them.
+fn leftovers(index: &mut TreeIndex, compact_revision: i64) -> Backlog {
+    let removable = index.compact(compact_revision).removable;
+    let mut backlog = Backlog::default();
+    backlog.push_removal(removable.into_iter().map(|(revision, _)| revision).collect());
+    backlog
+}
+
+/// The in-memory state of the store `db` holds, at raft index
+/// `consistent_index`: the index rebuilt from every stored revision, and
+/// the compaction work a stop left (see [`leftovers`]).
+fn load_state(db: &sled::Db, consistent_index: u64) -> Result<State> {
+    let (mut index, leases, current_revision, compact_revision) = rebuild(db)?;
+    let compactions = leftovers(&mut index, compact_revision);
+    Ok(State {
+        index,
+        leases,
+        current_revision,
+        compact_revision,
+        consistent_index,
+        compaction_hashes: VecDeque::new(),
+        batch: Batch::default(),
+        compactions,
+        counts: CountCache::default(),
+        alarms: read_alarms(db)?,
+        membership: db.get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec()),
+        auth: db.get(META_AUTH)?.map(|bytes| bytes.to_vec()),
+        copying: None,
+    })
 }
 
 /// The error of a defragmentation a restore abandoned.
@@ -1591,6 +1663,64 @@ mod tests {
         let reopened = Store::open(&path).unwrap();
         assert_eq!(reopened.range(&everything).unwrap(), served);
         assert_eq!(reopened.consistent_index(), index);
+    }
+
+    // Goal: a compaction's removals, done in steps by the store that
+    // applied it or left queued by a stop and done after reopening,
+    // leave storage exactly as each other; reads meanwhile see the
+    // compacted history; the hash taken at compaction is HashKV's at its
+    // revision before it.
+    #[test]
+    fn compaction_in_steps_and_after_a_stop_ends_the_same() {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let stores: Vec<Store> = dirs
+            .iter()
+            .map(|dir| Store::open(&dir.path().join("kv")).unwrap())
+            .collect();
+        let put = |key: usize, round: usize| {
+            WriteRequest::Put(PutRequest {
+                key: format!("k{key:04}").into_bytes(),
+                value: format!("value {round}").into_bytes(),
+                ..PutRequest::default()
+            })
+        };
+        let mut index = 0;
+        for round in 0..5 {
+            for chunk in (0..1000).collect::<Vec<_>>().chunks(250) {
+                index += 1;
+                let puts: Vec<_> = chunk.iter().map(|&key| put(key, round)).collect();
+                stores.iter().for_each(|store| drop(store.apply(index, &puts).unwrap()));
+            }
+        }
+        let at = stores[0].current_revision() - 10;
+        let (before, _) = stores[0].hash_kv(at).unwrap();
+        let compact = WriteRequest::Compaction(CompactionRequest { revision: at });
+        index += 1;
+        stores
+            .iter()
+            .for_each(|store| drop(store.apply(index, std::slice::from_ref(&compact)).unwrap()));
+        assert!(stores.iter().all(Store::compaction_pending));
+        let everything = RangeRequest {
+            key: vec![0],
+            range_end: vec![0],
+            ..RangeRequest::default()
+        };
+        let served = stores[0].range(&everything).unwrap();
+        let mut steps = 0;
+        while stores[0].compact_step().unwrap() {
+            steps += 1;
+            assert_eq!(stores[0].range(&everything).unwrap(), served);
+        }
+        assert!(steps >= 4, "{steps} steps");
+        assert_eq!(stores[0].hash_kv(at).unwrap().0, before);
+        let mut stores = stores.into_iter();
+        let (first, second) = (stores.next().unwrap(), stores.next().unwrap());
+        drop(second);
+        let reopened = Store::open(&dirs[1].path().join("kv")).unwrap();
+        assert!(reopened.compaction_pending(), "the removals were lost with the stop");
+        reopened.finish_compactions().unwrap();
+        assert_eq!(reopened.range(&everything).unwrap(), served);
+        assert_eq!(first.snapshot().unwrap(), reopened.snapshot().unwrap());
     }
 
     fn alarm(member_id: u64, kind: i32, activate: bool) -> WriteRequest {

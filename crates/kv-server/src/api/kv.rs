@@ -226,11 +226,17 @@ impl Kv for KvService {
         self.member
             .authenticated(request.metadata(), request.extensions())
             .await?;
-        let compaction = raft_request::Request::Compaction(request.into_inner());
-        match self.member.propose(compaction).await? {
-            mvcc::WriteResponse::Compaction(response) => Ok(Response::new(pb::CompactionResponse {
-                header: self.member.header(response.revision),
-            })),
+        let request = request.into_inner();
+        let physical = request.physical;
+        match self.member.propose(raft_request::Request::Compaction(request)).await? {
+            mvcc::WriteResponse::Compaction(response) => {
+                if physical {
+                    self.member.compacted_physically().await;
+                }
+                Ok(Response::new(pb::CompactionResponse {
+                    header: self.member.header(response.revision),
+                }))
+            }
             other => unreachable!("a compaction answered {other:?}"),
         }
     }

@@ -13,6 +13,7 @@
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
+use std::time::Duration;
 
 use raft::prelude::Entry;
 use tokio::sync::Notify;
@@ -83,7 +84,18 @@ impl Stage {
             if let Some(answer) = flushed.take() {
                 flushed = self.tell_raft(answer);
             }
-            let input = match inputs.recv_timeout(mvcc::OPEN_BATCH_AGE_MAX) {
+            // Queued compaction work goes a step between inputs, and on
+            // without a pause while none comes (see mvcc's compaction.rs).
+            let compacting = self.store.compaction_pending();
+            if compacting {
+                self.compact_step();
+            }
+            let wait = if compacting {
+                Duration::ZERO
+            } else {
+                mvcc::OPEN_BATCH_AGE_MAX
+            };
+            let input = match inputs.recv_timeout(wait) {
                 Ok(input) => input,
                 Err(RecvTimeoutError::Timeout) => {
                     if let Err(error) = self.store.commit() {
@@ -115,6 +127,14 @@ impl Stage {
                 }
                 false
             });
+        }
+    }
+
+    /// One step of the store's queued compaction work; a failure is the
+    /// store's, and fatal, as a failed apply is.
+    fn compact_step(&self) {
+        if let Err(error) = self.store.compact_step() {
+            fatal("the store failed a step of compaction", &error);
         }
     }
 

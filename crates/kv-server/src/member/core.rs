@@ -37,6 +37,11 @@ pub const APPLY_LAG_ENTRIES_MAX: u64 = 5000;
 /// plus two election timeouts; 7 s matches its defaults.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(7);
 
+/// How often a physical Compact looks whether the store's queued
+/// compaction work is done: a step is about a millisecond, and a
+/// compaction worth waiting for takes hundreds of them.
+const PHYSICAL_COMPACTION_POLL: Duration = Duration::from_millis(10);
+
 /// What the member core is made of. Each shared part is also held by the
 /// thread that writes it: the raft loop (status), the apply stage
 /// (waiters, lessor, watch hub, attributes).
@@ -292,6 +297,15 @@ impl Member {
         match self.propose(raft_request::Request::Alarm(alarm)).await {
             Ok(_) => tracing::warn!("the store reached its quota: raised the NOSPACE alarm"),
             Err(error) => tracing::warn!(%error, "could not raise the NOSPACE alarm"),
+        }
+    }
+
+    /// Waits until this member's store has done the work its compactions
+    /// queued (mvcc's compaction.rs), as etcd's Compact with `physical`
+    /// waits for its scheduled compaction. The apply stage does the work.
+    pub async fn compacted_physically(&self) {
+        while self.store.compaction_pending() {
+            tokio::time::sleep(PHYSICAL_COMPACTION_POLL).await;
         }
     }
 
