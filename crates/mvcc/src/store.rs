@@ -1025,6 +1025,7 @@ impl Store {
             state.copying = Some(Copying::new(fresh.clone()));
         }
         loop {
+            let started = Instant::now();
             let mut state = self.state.write();
             let copying = state.copying.as_mut().ok_or_else(abandoned)?;
             let complete = copying.copy_chunk(&self.db.read())?;
@@ -1033,6 +1034,7 @@ impl Store {
             if complete {
                 break;
             }
+            std::thread::sleep(defrag::pause_after(started.elapsed()));
         }
         // Most of the flush, outside the lock; the switch flushes the rest.
         fresh.flush()?;

@@ -11,7 +11,10 @@
 //! - a torn WAL tail: the member is restarted with the WAL failpoint that
 //!   writes half of a save and aborts the process, then restarted clean;
 //! - a crash at a failpoint around the WAL save, the apply, a compaction or
-//!   a snapshot install, the same way.
+//!   a snapshot install, the same way;
+//! - a defragmentation of a random member (the leader half the time)
+//!   under the workload, and with failpoints, half the time a crash in
+//!   it: once its copy is complete, or once it switched to the copy.
 //!
 //! The last two need kv-server built with its `failpoints` feature. Real
 //! etcd (the control) has no such failpoints: there they are kill -9.
@@ -60,9 +63,10 @@ pub enum Fault {
     Drops,
     TornWal,
     Crash,
+    Defrag,
 }
 
-pub const ALL: [Fault; 9] = [
+pub const ALL: [Fault; 10] = [
     Fault::KillLeader,
     Fault::KillFollower,
     Fault::Pause,
@@ -72,7 +76,15 @@ pub const ALL: [Fault; 9] = [
     Fault::Drops,
     Fault::TornWal,
     Fault::Crash,
+    Fault::Defrag,
 ];
+
+/// kv-server's crash points in a defragmentation (`mvcc::defrag_*`).
+pub const DEFRAG_CRASH_POINTS: &[&str] = &["mvcc::defrag_copied", "mvcc::defrag_switched"];
+
+/// How long a defragmentation may take; a member's store in a round is
+/// small, so this is generous.
+pub const DEFRAG_WITHIN: Duration = Duration::from_secs(30);
 
 /// The index of the member that leads, if one is known.
 pub async fn leader(cluster: &Cluster) -> Option<usize> {
@@ -147,6 +159,7 @@ pub async fn inject(
                 .map(|done| format!("{done} (no failpoints)"))
         }
         Fault::TornWal => crash_at(cluster, random, "wal::torn_write", compact_at).await,
+        Fault::Defrag => defrag(cluster, random, failpoints).await,
         Fault::Crash => {
             let point = CRASH_POINTS[random.random_range(0..CRASH_POINTS.len())];
             crash_at(cluster, random, point, compact_at).await
@@ -241,6 +254,41 @@ async fn crash_at(cluster: &mut Cluster, random: &mut StdRng, point: &str, compa
         format!("member {target} {what} {point} after {skip} hits"),
     )
     .await
+}
+
+/// Defragments a member under the workload: the leader or a random
+/// member. With failpoints, half the time the member is restarted armed
+/// to abort at a crash point of the defragmentation first, then
+/// restarted clean after it crashed.
+async fn defrag(cluster: &mut Cluster, random: &mut StdRng, failpoints: bool) -> Result<String, String> {
+    let target = match random.random_bool(0.5) {
+        true => leader(cluster).await.unwrap_or(random.random_range(0..MEMBERS)),
+        false => random.random_range(0..MEMBERS),
+    };
+    let point = (failpoints && random.random_bool(0.5))
+        .then(|| DEFRAG_CRASH_POINTS[random.random_range(0..DEFRAG_CRASH_POINTS.len())]);
+    if let Some(point) = point {
+        cluster.kill(target);
+        let armed = vec![("FAILPOINTS".to_string(), format!("{point}=return"))];
+        cluster.spawn(target, &armed).map_err(|e| e.to_string())?;
+        cluster.wait_healthy(target).await.map_err(|e| e.to_string())?;
+    }
+    let mut client = MaintenanceClient::new(channel(&cluster.members[target].endpoint()));
+    let answer = tokio::time::timeout(DEFRAG_WITHIN, client.defragment(pb::DefragmentRequest {})).await;
+    let Some(point) = point else {
+        return match answer {
+            Ok(Ok(_)) => healthy(cluster, target, format!("defragmented member {target}")).await,
+            Ok(Err(status)) => Err(format!("defragment: {status}")),
+            Err(_) => Err(format!("defragment took over {DEFRAG_WITHIN:?}")),
+        };
+    };
+    let crashed = cluster.wait_exit(target, CRASH_WITHIN).await.is_some();
+    if !crashed {
+        cluster.kill(target);
+    }
+    cluster.spawn(target, &[]).map_err(|e| e.to_string())?;
+    let what = if crashed { "crashed" } else { "ran past" };
+    healthy(cluster, target, format!("member {target} {what} {point} in a defrag")).await
 }
 
 /// Compacts at `revision`, through every member until one takes it.
