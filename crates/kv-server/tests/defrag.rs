@@ -97,7 +97,8 @@ async fn served(endpoint: &str) -> usize {
 /// How long Status's `dbSizeInUse` may take to show a change: etcd's
 /// shows it at its next backend commit (100 ms), kv-server's at its next
 /// count (about a second while the store changes, at once after a
-/// compaction).
+/// compaction's apply and again once its removals, done in steps, are
+/// over).
 const IN_USE_SHOWS_WITHIN: Duration = Duration::from_secs(10);
 
 /// Waits until the member's (dbSize, dbSizeInUse) satisfy `holds`;

@@ -88,15 +88,24 @@ async fn follow_health(member: Arc<Member>, health: HealthReporter) {
 /// bytes it holds as [`DB_SIZE_IN_USE_COST_FACTOR`] paces it (on a
 /// blocking thread: it reads every item).
 async fn sample_disk_size(member: Arc<Member>) {
-    // (revision, compact revision) counted last, when, and the wait after.
-    let mut counted: Option<(i64, i64)> = None;
+    // (revision, compact revision, compaction work queued) counted last,
+    // when, and the wait after. A compaction is counted when it applies
+    // and again once its queued removals are done.
+    let mut counted: Option<(i64, i64, bool)> = None;
     let mut last_count = Instant::now();
     let mut gap = Duration::ZERO;
     loop {
-        let now = (member.store.current_revision(), member.store.compact_revision());
+        let store = &member.store;
+        let now = (
+            store.current_revision(),
+            store.compact_revision(),
+            store.compaction_pending(),
+        );
         let live = match counted {
             None => true,
-            Some((revision, compacted)) => compacted != now.1 || (revision != now.0 && last_count.elapsed() >= gap),
+            Some((revision, compacted, queued)) => {
+                compacted != now.1 || (queued && !now.2) || (revision != now.0 && last_count.elapsed() >= gap)
+            }
         };
         let sampler = member.clone();
         let started = Instant::now();
