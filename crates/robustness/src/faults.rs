@@ -242,18 +242,20 @@ async fn crash_at(cluster: &mut Cluster, random: &mut StdRng, point: &str, compa
     if point == "kv::crash_after_compact" {
         compact(cluster, compact_at).await;
     }
+    restart_after_crash(cluster, target, &format!("{point} after {skip} hits")).await
+}
+
+/// Waits for `target`, armed at a crash point, to crash (or kills it
+/// after [`CRASH_WITHIN`]), then restarts it clean; says which, at
+/// `where_`.
+async fn restart_after_crash(cluster: &mut Cluster, target: usize, where_: &str) -> Result<String, String> {
     let crashed = cluster.wait_exit(target, CRASH_WITHIN).await.is_some();
     if !crashed {
         cluster.kill(target);
     }
     cluster.spawn(target, &[]).map_err(|e| e.to_string())?;
     let what = if crashed { "crashed" } else { "ran past" };
-    healthy(
-        cluster,
-        target,
-        format!("member {target} {what} {point} after {skip} hits"),
-    )
-    .await
+    healthy(cluster, target, format!("member {target} {what} {where_}")).await
 }
 
 /// Defragments a member under the workload: the leader or a random
@@ -282,13 +284,7 @@ async fn defrag(cluster: &mut Cluster, random: &mut StdRng, failpoints: bool) ->
             Err(_) => Err(format!("defragment took over {DEFRAG_WITHIN:?}")),
         };
     };
-    let crashed = cluster.wait_exit(target, CRASH_WITHIN).await.is_some();
-    if !crashed {
-        cluster.kill(target);
-    }
-    cluster.spawn(target, &[]).map_err(|e| e.to_string())?;
-    let what = if crashed { "crashed" } else { "ran past" };
-    healthy(cluster, target, format!("member {target} {what} {point} in a defrag")).await
+    restart_after_crash(cluster, target, &format!("{point} in a defrag")).await
 }
 
 /// Compacts at `revision`, through every member until one takes it.
