@@ -109,6 +109,20 @@ pub struct Config {
     )]
     pub experimental_corrupt_check_time: Duration,
 
+    /// Keys or revisions one step of compaction takes, under the store's
+    /// lock; 0 is etcd's default, 1000 (mvcc's compaction.rs).
+    #[arg(long, default_value_t = mvcc::compaction::COMPACTION_BATCH_LIMIT_DEFAULT)]
+    pub experimental_compaction_batch_limit: usize,
+
+    /// The least pause between two steps of compaction; 0 is etcd's
+    /// default, 10ms (apply/stage.rs).
+    #[arg(
+        long,
+        default_value = "10ms",
+        value_parser = parse_compaction_sleep
+    )]
+    pub experimental_compaction_sleep_interval: Duration,
+
     /// Extra URLs to serve `/metrics` and `/health` on (http:// only).
     #[arg(long, default_value = "")]
     pub listen_metrics_urls: String,
@@ -138,6 +152,15 @@ pub struct Config {
 /// `500ms`), where 0 means off.
 fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
     crate::flags::go_syntax::parse_duration(text).map_err(|_| "parse error".to_string())
+}
+
+/// `--experimental-compaction-sleep-interval`: 0 is etcd's default.
+fn parse_compaction_sleep(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration_or_zero(text)?;
+    Ok(match duration.is_zero() {
+        true => crate::apply::stage::COMPACTION_SLEEP_INTERVAL_DEFAULT,
+        false => duration,
+    })
 }
 
 /// A duration as etcd's flags write them, above zero.

@@ -15,9 +15,9 @@
 //! 3. a [`Job::Remove`]: removing from storage the revisions the index
 //!    dropped.
 //!
-//! `Store::compact_step` does one step of the oldest job, at most
-//! [`COMPACTION_STEP_KEYS`] keys or [`COMPACTION_STEP_REVISIONS`]
-//! revisions, under the state lock; the server's apply stage calls it
+//! `Store::compact_step` does one step of the oldest job, at most the
+//! batch limit's keys or revisions ([`COMPACTION_BATCH_LIMIT_DEFAULT`],
+//! etcd's `--experimental-compaction-batch-limit`), under the state lock; the server's apply stage calls it
 //! between applies while work is queued. Jobs run in order, so a
 //! compaction's hash never sees the removals of the one after it, nor
 //! misses its own revisions. Reads never see what is queued for removal:
@@ -35,16 +35,29 @@ use crate::hash::{Hasher, KeyValueHash};
 use crate::index::Compacted;
 use crate::revision::Revision;
 
-/// Revisions one step hashes or removes: etcd's default
-/// `--experimental-compaction-batch-limit`. A step of 1000 revisions
-/// reads or rewrites at most 1000 blocks of 4 KiB (block.rs), about a
-/// millisecond: the longest an apply or a read waits for compaction.
-pub const COMPACTION_STEP_REVISIONS: usize = 1000;
+/// Revisions one step hashes or removes, and histories one step of an
+/// index compaction compacts: etcd's default
+/// `--experimental-compaction-batch-limit`. A step of 1000 revisions reads
+/// or rewrites at most 1000 blocks of 4 KiB (block.rs), about a
+/// millisecond; a history is compacted in about 1.5 µs (a million keys
+/// took 1.4 s in one piece on this project's test machines). So a step
+/// holds the state lock for a millisecond or two: the longest an apply or
+/// a read waits for compaction.
+pub const COMPACTION_BATCH_LIMIT_DEFAULT: usize = 1000;
 
-/// Histories one step of an index compaction compacts: about 1.5 µs
-/// each (a million keys took 1.4 s in one piece on this project's test
-/// machines), so about a millisecond and a half a step.
-pub const COMPACTION_STEP_KEYS: usize = 1000;
+/// The largest batch limit taken: a step of 100,000 holds the state lock
+/// for about 0.1 to 0.2 s, already longer than a put's p99 under load;
+/// a larger limit given is lowered to this one.
+pub const COMPACTION_BATCH_LIMIT_MAX: usize = 100_000;
+
+/// The share of a core, in percent, compaction's steps may take: after a
+/// step the server pauses so long that steps take at most this share of
+/// the time, and never less than etcd's sleep interval between batches
+/// (`--experimental-compaction-sleep-interval`). Every member compacts at
+/// once, so on a loaded cluster the steps compete with the applies and
+/// the clients; steps 10 ms apart, unpaced, raised put p99 1.3–1.5 times
+/// (docs/benchmarks.md).
+pub const COMPACTION_CPU_PERCENT: u32 = 20;
 
 /// One queued part of a compaction.
 pub enum Job {
@@ -104,8 +117,9 @@ impl Backlog {
         self.jobs.is_empty()
     }
 
-    /// The next step of the oldest job, if any.
-    pub fn next_step(&self) -> Option<Step> {
+    /// The next step of the oldest job, if any, of at most `limit`
+    /// revisions.
+    pub fn next_step(&self, limit: usize) -> Option<Step> {
         Some(match self.jobs.front()? {
             Job::Index { at, after, .. } => Step::Index {
                 at: *at,
@@ -113,10 +127,10 @@ impl Backlog {
             },
             Job::Hash { hasher, next } => Step::Hash {
                 from: *next,
-                to_main: (next.main + COMPACTION_STEP_REVISIONS as i64 - 1).min(hasher.revision()),
+                to_main: (next.main + limit as i64 - 1).min(hasher.revision()),
             },
             Job::Remove { revisions, done } => {
-                let end = (done + COMPACTION_STEP_REVISIONS).min(revisions.len());
+                let end = (done + limit).min(revisions.len());
                 Step::Remove(revisions[*done..end].to_vec())
             }
         })
@@ -204,6 +218,8 @@ mod tests {
     use super::*;
     use crate::index::TreeIndex;
 
+    const LIMIT: usize = COMPACTION_BATCH_LIMIT_DEFAULT;
+
     fn index(keys: usize) -> TreeIndex {
         let mut index = TreeIndex::default();
         let mut main = 1;
@@ -228,7 +244,7 @@ mod tests {
     // its own exactly once.
     #[test]
     fn steps_cover_each_job_in_order() {
-        let keys = 2 * COMPACTION_STEP_KEYS + 500;
+        let keys = 2 * LIMIT + 500;
         let (mut stepped, mut whole) = (index(keys), index(keys));
         let at = (2 * keys + keys / 2) as i64;
         let mut expected: Vec<Revision> = whole.compact(at).removable.into_iter().map(|(r, _)| r).collect();
@@ -237,30 +253,30 @@ mod tests {
         backlog.push_compaction(1, at);
         let (mut kinds, mut hashed, mut removed, mut hashes) = (String::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..100 {
-            let Some(step) = backlog.next_step() else { break };
+            let Some(step) = backlog.next_step(LIMIT) else { break };
             match &step {
                 Step::Index { at, after } => {
                     kinds.push('i');
                     let into = backlog.compacted().expect("an index job");
-                    let last = stepped.compact_some(*at, after.as_deref(), COMPACTION_STEP_KEYS, into);
+                    let last = stepped.compact_some(*at, after.as_deref(), LIMIT, into);
                     backlog.index_done(last);
                     continue;
                 }
                 Step::Hash { from, to_main } => {
                     kinds.push('h');
-                    assert!(to_main - from.main < COMPACTION_STEP_REVISIONS as i64);
+                    assert!(to_main - from.main < LIMIT as i64);
                     hashed.push((from.main, *to_main));
                 }
                 Step::Remove(revisions) => {
                     kinds.push('r');
-                    assert!(revisions.len() <= COMPACTION_STEP_REVISIONS);
+                    assert!(revisions.len() <= LIMIT);
                     removed.extend(revisions.iter().copied());
                 }
             }
             hashes.extend(backlog.done(&step));
         }
         assert!(backlog.is_empty());
-        let removals = expected.len().div_ceil(COMPACTION_STEP_REVISIONS);
+        let removals = expected.len().div_ceil(LIMIT);
         assert!(removals >= 2, "{} removable", expected.len());
         assert_eq!(kinds, format!("iiihhhhhhh{}", "r".repeat(removals)), "steps in order");
         assert_eq!(hashed.first().map(|h| h.0), Some(1));

@@ -58,11 +58,6 @@ pub const DEFRAG_CHUNK_BYTES: usize = 256 << 10;
 /// a core a defragmentation takes about twice as long.
 pub const DEFRAG_CPU_PERCENT: u32 = 50;
 
-/// The pause after a chunk that took `took` (see [`DEFRAG_CPU_PERCENT`]).
-pub fn pause_after(took: std::time::Duration) -> std::time::Duration {
-    took * (100 - DEFRAG_CPU_PERCENT) / DEFRAG_CPU_PERCENT
-}
-
 /// How far the copy has come.
 pub enum Cursor {
     /// Every key up to and including this one is copied; `None`: none is.

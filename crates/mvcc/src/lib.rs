@@ -23,6 +23,8 @@
 //! - [`defrag`]: rewriting the store compactly while it serves, its
 //!   generations on disk, and recovering from a crash in a rewrite.
 //! - [`writes`]: one commit's writes, readable back for a rewrite.
+//! - [`pacing`]: background work (defrag, compaction) held to a share of
+//!   a core.
 //! - [`error`]: errors with etcd's gRPC codes and messages.
 //!
 //! # Revisions
@@ -81,6 +83,7 @@ pub mod key_value;
 pub mod kv;
 pub mod lease;
 pub mod observer;
+pub mod pacing;
 pub mod range;
 pub mod records;
 pub mod request;

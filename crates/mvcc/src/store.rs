@@ -16,14 +16,14 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{RwLock, RwLockWriteGuard};
 
 use crate::block::Record;
-use crate::compaction::{Backlog, Step, COMPACTION_STEP_KEYS};
+use crate::compaction::{Backlog, Step, COMPACTION_BATCH_LIMIT_DEFAULT, COMPACTION_BATCH_LIMIT_MAX};
 use crate::count_cache::CountCache;
 use crate::defrag::{self, Copying};
 use crate::error::{Error, Result};
@@ -34,6 +34,7 @@ use crate::key_value::{Event, EventKind, KeyValue};
 use crate::kv::{ReadView, WriteTxn};
 use crate::lease::{Lease, LeaseTable};
 use crate::observer::Observer;
+use crate::pacing;
 use crate::range;
 use crate::records::{self, Overlay};
 use crate::request::{
@@ -208,6 +209,8 @@ pub struct Store {
     published_compact: AtomicI64,
     /// Whether `State::compactions` holds work, readable without a lock.
     compaction_queued: AtomicBool,
+    /// Keys or revisions one compaction step takes (compaction.rs).
+    compaction_batch_limit: AtomicUsize,
 }
 
 /// Whom a restore is for.
@@ -377,6 +380,7 @@ impl Store {
             published_revision: AtomicI64::new(state.current_revision),
             published_compact: AtomicI64::new(state.compact_revision),
             compaction_queued: AtomicBool::new(!state.compactions.is_empty()),
+            compaction_batch_limit: AtomicUsize::new(COMPACTION_BATCH_LIMIT_DEFAULT),
             state: RwLock::new(state),
         })
     }
@@ -696,18 +700,29 @@ impl Store {
         self.compaction_queued.load(Ordering::Acquire)
     }
 
-    /// Does one step of the queued compaction work, at most
-    /// [`crate::compaction::COMPACTION_STEP_REVISIONS`] revisions, under
-    /// the state lock; whether more remains. The server's apply stage
-    /// calls it between applies.
+    /// Sets etcd's `--experimental-compaction-batch-limit`: the keys or
+    /// revisions one compaction step takes; 0 is etcd's default, and a
+    /// limit above [`COMPACTION_BATCH_LIMIT_MAX`] is lowered to it.
+    pub fn set_compaction_batch_limit(&self, limit: usize) {
+        let limit = match limit {
+            0 => COMPACTION_BATCH_LIMIT_DEFAULT,
+            _ => limit.min(COMPACTION_BATCH_LIMIT_MAX),
+        };
+        self.compaction_batch_limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// Does one step of the queued compaction work, at most the batch
+    /// limit's keys or revisions, under the state lock; whether more
+    /// remains. The server's apply stage calls it between applies.
     pub fn compact_step(&self) -> Result<bool> {
         if !self.compaction_pending() {
             return Ok(false);
         }
         self.check_usable()?;
         let mut state = self.state.write();
-        if let Some(step) = state.compactions.next_step() {
-            self.run_step(&mut state, &step)?;
+        let limit = self.compaction_batch_limit.load(Ordering::Relaxed);
+        if let Some(step) = state.compactions.next_step(limit) {
+            self.run_step(&mut state, &step, limit)?;
             // An index step records its own progress (`run_step`).
             let finished = match step {
                 Step::Index { .. } => None,
@@ -731,13 +746,13 @@ impl Store {
         Ok(())
     }
 
-    fn run_step(&self, state: &mut State, step: &Step) -> Result<()> {
+    fn run_step(&self, state: &mut State, step: &Step, limit: usize) -> Result<()> {
         let db = self.db.read();
         match step {
             Step::Index { at, after } => {
                 let State { compactions, index, .. } = state;
                 let into = compactions.compacted().expect("an index step is of an index job");
-                let last = index.compact_some(*at, after.as_deref(), COMPACTION_STEP_KEYS, into);
+                let last = index.compact_some(*at, after.as_deref(), limit, into);
                 compactions.index_done(last);
                 Ok(())
             }
@@ -1034,7 +1049,7 @@ impl Store {
             if complete {
                 break;
             }
-            std::thread::sleep(defrag::pause_after(started.elapsed()));
+            std::thread::sleep(pacing::pause_after(started.elapsed(), defrag::DEFRAG_CPU_PERCENT));
         }
         // Most of the flush, outside the lock; the switch flushes the rest.
         fresh.flush()?;
@@ -1708,12 +1723,16 @@ mod tests {
             ..RangeRequest::default()
         };
         let served = stores[0].range(&everything).unwrap();
+        // etcd's batch limit sets the steps' size: 1000 keys and 4990
+        // revisions, about 4000 of them removed, are about 100 steps of
+        // 100 (and 10 of the default 1000).
+        stores[0].set_compaction_batch_limit(100);
         let mut steps = 0;
         while stores[0].compact_step().unwrap() {
             steps += 1;
             assert_eq!(stores[0].range(&everything).unwrap(), served);
         }
-        assert!(steps >= 4, "{steps} steps");
+        assert!((90..=110).contains(&steps), "{steps} steps");
         assert_eq!(stores[0].hash_kv(at).unwrap().0, before);
         let mut stores = stores.into_iter();
         let (first, second) = (stores.next().unwrap(), stores.next().unwrap());

@@ -35,12 +35,11 @@ use crate::storage::layout::DataDir;
 use crate::storage::marker::SnapshotMarker;
 use crate::storage::pending;
 
-/// The pause between two steps of queued compaction work: etcd's default
-/// `--experimental-compaction-sleep-interval`. A step takes about a
-/// millisecond or a few (mvcc's compaction.rs), so compaction takes at
-/// most a small share of the apply thread, and a million revisions are
-/// compacted in about 30 s (three kinds of step, 1,000 each).
-pub const COMPACTION_STEP_INTERVAL: Duration = Duration::from_millis(10);
+/// The least pause between two steps of queued compaction work: etcd's
+/// default `--experimental-compaction-sleep-interval`. A step may wait
+/// longer, to keep compaction within mvcc's `COMPACTION_CPU_PERCENT` of a
+/// core (see [`Stage::compaction_pause`]).
+pub const COMPACTION_SLEEP_INTERVAL_DEFAULT: Duration = Duration::from_millis(10);
 
 /// What the stage works with; it alone writes the store, answers writers
 /// and moves the applied index.
@@ -61,6 +60,9 @@ pub struct Stage {
     pub stop: Arc<Notify>,
     /// The raft loop's input, for answering its flush requests.
     pub node: SyncSender<NodeInput>,
+    /// The least pause between compaction steps
+    /// (`--experimental-compaction-sleep-interval`).
+    pub compaction_sleep: Duration,
 }
 
 /// Why an entry was refused before it reached the store.
@@ -92,13 +94,13 @@ impl Stage {
             if let Some(answer) = flushed.take() {
                 flushed = self.tell_raft(answer);
             }
-            // Queued compaction work goes a step at a time, one every
-            // COMPACTION_STEP_INTERVAL, between inputs (mvcc's
-            // compaction.rs).
+            // Queued compaction work goes a step at a time, paced, between
+            // inputs (mvcc's compaction.rs).
             let compacting = self.store.compaction_pending();
             if compacting && Instant::now() >= next_step {
+                let started = Instant::now();
                 self.compact_step();
-                next_step = Instant::now() + COMPACTION_STEP_INTERVAL;
+                next_step = Instant::now() + self.compaction_pause(started.elapsed());
             }
             let wait = match compacting {
                 true => next_step
@@ -139,6 +141,14 @@ impl Stage {
                 false
             });
         }
+    }
+
+    /// The pause after a compaction step that took `took`: etcd's sleep
+    /// interval, or longer, so that steps take at most
+    /// `mvcc::compaction::COMPACTION_CPU_PERCENT` of a core.
+    fn compaction_pause(&self, took: Duration) -> Duration {
+        let share = mvcc::pacing::pause_after(took, mvcc::compaction::COMPACTION_CPU_PERCENT);
+        self.compaction_sleep.max(share)
     }
 
     /// One step of the store's queued compaction work; a failure is the

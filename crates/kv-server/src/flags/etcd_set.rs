@@ -57,6 +57,8 @@ pub const RENAMED: &[(&str, &str)] = &[
         "experimental-watch-progress-notify-interval",
     ),
     ("corrupt-check-time", "experimental-corrupt-check-time"),
+    ("compaction-batch-limit", "experimental-compaction-batch-limit"),
+    ("compaction-sleep-interval", "experimental-compaction-sleep-interval"),
 ];
 
 /// The flags the front end reads itself.
@@ -146,7 +148,6 @@ pub fn no_effect(name: &str) -> &'static str {
         | "txn-mode-write-with-shared-buffer" | "bootstrap-defrag-threshold-megabytes" => {
             "a setting of etcd's bbolt backend; the store is on sled"
         }
-        "compaction-batch-limit" | "compaction-sleep-interval" => "compaction is paced by the store itself",
         "compact-hash-check-enabled" | "compact-hash-check-time" => {
             "the corruption check compares whole-store hashes (--corrupt-check-time)"
         }

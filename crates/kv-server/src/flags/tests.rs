@@ -132,6 +132,26 @@ fn kubeadm_command_line() {
     );
 }
 
+// Goal: compaction's pacing flags, in both etcds' names, set the pace;
+// etcd's 0 means its default.
+#[test]
+fn compaction_pacing_flags() {
+    let config = parse(&[], &[]).unwrap().config;
+    assert_eq!(config.experimental_compaction_batch_limit, 1000);
+    assert_eq!(config.experimental_compaction_sleep_interval, Duration::from_millis(10));
+    let v35 = [
+        "--experimental-compaction-batch-limit=200",
+        "--experimental-compaction-sleep-interval=50ms",
+    ];
+    let config = parse(&strings(&v35), &[]).unwrap().config;
+    assert_eq!(config.experimental_compaction_batch_limit, 200);
+    assert_eq!(config.experimental_compaction_sleep_interval, Duration::from_millis(50));
+    let v37 = ["--compaction-batch-limit=300", "--compaction-sleep-interval=0s"];
+    let config = parse(&strings(&v37), &[]).unwrap().config;
+    assert_eq!(config.experimental_compaction_batch_limit, 300);
+    assert_eq!(config.experimental_compaction_sleep_interval, Duration::from_millis(10));
+}
+
 // Goal: a name alone makes a cluster of itself, as etcd's default
 // cluster follows the name; an explicit cluster is kept.
 #[test]

@@ -164,6 +164,7 @@ fn start(id: u64, network: &Network) -> TestMember {
         auth: auth.clone(),
         stop: Arc::new(tokio::sync::Notify::new()),
         node: input.clone(),
+        compaction_sleep: crate::apply::stage::COMPACTION_SLEEP_INTERVAL_DEFAULT,
     };
     std::thread::spawn(move || stage.run(applies));
     std::thread::spawn(move || node.run(inputs));

@@ -158,6 +158,7 @@ fn open(config: &Config) -> Result<Opened, Error> {
         });
     }
     let store = mvcc::Store::open_with(&dir.store(), config.max_txn_ops)?;
+    store.set_compaction_batch_limit(config.experimental_compaction_batch_limit);
     if DurableLog::exists(&dir) {
         store_legacy_membership(config, &store)?;
     } else {
@@ -305,6 +306,7 @@ fn start_threads(
         auth: member.auth.clone(),
         stop: member.stop.clone(),
         node: node_sender,
+        compaction_sleep: member.config.experimental_compaction_sleep_interval,
     };
     let spawn = |what: &'static str| move |source| Error::Spawn { what, source };
     std::thread::Builder::new()
