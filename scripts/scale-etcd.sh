@@ -22,12 +22,15 @@
 #             then etcdctl)
 #   rewrite   every key put again with 1 KiB values (so the store holds
 #             over 1 GB at 1M keys, and every first value is garbage)
-#   quiet     KEYS/2 puts of 256 bytes at 1000 clients to the leader: p99,
-#             the longest put, failed puts and leader changes
+#   quiet     3 loads of KEYS/2 puts of 256 bytes at 1000 clients to the
+#             leader: the loads' median p99 (and the worst), the longest
+#             put, failed puts, leader changes and the loads' time
 #   compact   the same load, with a compaction at the rewrite's revision
-#             (every revision of the first fill) 2 s into it: the same
-#             figures, and how long the compaction call took
-#   defrag    the same load, with `etcdctl defrag` of the leader 2 s into
+#             (every revision of the first fill) 1 s into it, waiting for
+#             its physical end (--physical): the same figures, and how
+#             long the compaction took. While the compaction runs, loads
+#             follow back to back
+#   defrag    the same loads, with `etcdctl defrag` of the leader 1 s into
 #             it: the same figures, the defrag's time and dbSize before
 #             and after
 #   scripts/scale-etcd.sh [KEYS]     (default 1000000)
@@ -133,29 +136,59 @@ leader_changes() {
     echo "$sum"
 }
 
-# KEYS/2 puts at 1000 clients to the leader; ACTION (a shell command, or
-# nothing) runs 2 s into them and is timed. Prints the row.
-load_row() {  # name row action
-    local name=$1 row=$2 action=$3 changes report took=- load
-    changes=$(leader_changes)
-    load=$(mktemp)
-    "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
-        put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size=256 --total=$((keys / 2)) > "$load" 2>&1 &
-    if [ -n "$action" ]; then
-        sleep 2
-        local started
-        started=$(date +%s.%N)
-        eval "$action" > /dev/null
-        took=$(printf '%.2f s' "$(echo "$(date +%s.%N) - $started" | bc)")
-    fi
-    wait $!
-    report=$(cat "$load")
-    rm -f "$load"
-    printf '%-10s %-9s p99 %s ms, longest %s ms, %d failed, %d leader changes, took %s\n' "$name" "$row" \
-        "$(echo "$report" | awk '/ 99% in / {printf "%.0f", $3 * 1000}')" \
+# Loads back to back while an action runs: at most this many.
+LOADS_MAX=20
+
+# One load: KEYS/2 puts at 1000 clients to the leader; prints its p99 and
+# longest put in ms and its failed puts.
+one_load() {
+    local report
+    report=$("$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
+        put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size=256 --total=$((keys / 2)) 2>&1)
+    echo "$(echo "$report" | awk '/ 99% in / {printf "%.0f", $3 * 1000}')" \
         "$(echo "$report" | awk '/Slowest:/ {printf "%.0f", $2 * 1000}')" \
-        "$(echo "$report" | awk -F'[][]' '/^ *\[[0-9]+\]/ {n += $2} END {print n + 0}')" \
-        $(($(leader_changes) - changes)) "$took"
+        "$(echo "$report" | awk -F'[][]' '/^ *\[[0-9]+\]/ {n += $2} END {print n + 0}')"
+}
+
+# Loads without an action.
+QUIET_LOADS=3
+
+# Loads of KEYS/2 puts: QUIET_LOADS of them without ACTION; with it (a
+# shell command), ACTION runs 1 s into the first, timed, and loads follow
+# back to back while it runs (at most LOADS_MAX), so that every put of the
+# action's time is measured. Prints the row: the loads' median p99 and the
+# worst, the longest put, failed puts summed, leader changes, the loads
+# and their time.
+load_row() {  # name row action
+    local name=$1 row=$2 action=$3 changes took=- started done longest=0 failed=0 loads=0 figures p99s=()
+    changes=$(leader_changes)
+    done=$(mktemp)
+    started=$(date +%s.%N)
+    if [ -n "$action" ]; then
+        (sleep 1; local from; from=$(date +%s.%N); eval "$action" > /dev/null
+         printf '%.2f s' "$(echo "$(date +%s.%N) - $from" | bc)" > "$done") &
+    fi
+    while [ "$loads" -lt "$LOADS_MAX" ]; do
+        read -r -a figures <<< "$(one_load)"
+        loads=$((loads + 1))
+        p99s+=("${figures[0]}")
+        [ "${figures[1]}" -gt "$longest" ] && longest=${figures[1]}
+        failed=$((failed + figures[2]))
+        if [ -n "$action" ]; then
+            [ -s "$done" ] && break
+        elif [ "$loads" -ge "$QUIET_LOADS" ]; then
+            break
+        fi
+    done
+    wait
+    [ -n "$action" ] && took=$(cat "$done")
+    rm -f "$done"
+    local sorted
+    sorted=$(printf '%s\n' "${p99s[@]}" | sort -n)
+    printf '%-10s %-9s p99 %s ms (worst %s), longest %s ms, %d failed, %d leader changes, %d loads in %.1f s, took %s\n' \
+        "$name" "$row" "$(echo "$sorted" | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')" \
+        "$(echo "$sorted" | tail -1)" "$longest" "$failed" $(($(leader_changes) - changes)) "$loads" \
+        "$(echo "$(date +%s.%N) - $started" | bc)" "$took"
 }
 
 db_size_mb() {  # endpoint
@@ -170,7 +203,7 @@ maintenance_rows() {  # name dir
     revision=$("$ETCDCTL_BIN" --endpoints=$endpoints endpoint status -w json | grep -o '"revision":[0-9]*' | head -1 | cut -d: -f2)
     printf '%-10s rewrite   %.0f s\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)"
     load_row "$name" quiet ""
-    load_row "$name" compact "'$ETCDCTL_BIN' --endpoints=$endpoints --command-timeout=600s compact $revision"
+    load_row "$name" compact "'$ETCDCTL_BIN' --endpoints=$endpoints --command-timeout=600s compact --physical $revision"
     leader=$(leader_endpoint)
     before=$(db_size_mb "$leader")
     load_row "$name" defrag "'$ETCDCTL_BIN' --endpoints=$leader --command-timeout=600s defrag"
