@@ -31,8 +31,10 @@
 #             long the compaction took. While the compaction runs, loads
 #             follow back to back
 #   defrag    the same loads, with `etcdctl defrag` of the leader 1 s into
-#             it: the same figures, the defrag's time and dbSize before
-#             and after
+#             it: the same figures, the defrag's time and dbSize (and
+#             dbSizeInUse) before and after
+#   idle      the leader defragmented again once the loads are over: its
+#             time, dbSize before and after
 #   scripts/scale-etcd.sh [KEYS]     (default 1000000)
 # SCALE_SERVERS picks the servers and their order (default "etcd etcd-3.7
 # kv-server"). Needs etcd's tools (scripts/etcd-peers.sh) and go; builds
@@ -191,8 +193,13 @@ load_row() {  # name row action
         "$(echo "$(date +%s.%N) - $started" | bc)" "$took"
 }
 
+# dbSize and dbSizeInUse, in MB: "X MB (in use Y MB)".
 db_size_mb() {  # endpoint
-    "$ETCDCTL_BIN" --endpoints="$1" endpoint status -w json | grep -o '"dbSize":[0-9]*' | awk -F: '{printf "%.0f", $2 / 1048576}'
+    local status
+    status=$("$ETCDCTL_BIN" --endpoints="$1" endpoint status -w json)
+    printf '%s MB (in use %s MB)' \
+        "$(echo "$status" | grep -o '"dbSize":[0-9]*' | awk -F: '{printf "%.0f", $2 / 1048576}')" \
+        "$(echo "$status" | grep -o '"dbSizeInUse":[0-9]*' | awk -F: '{printf "%.0f", $2 / 1048576}')"
 }
 
 maintenance_rows() {  # name dir
@@ -207,7 +214,13 @@ maintenance_rows() {  # name dir
     leader=$(leader_endpoint)
     before=$(db_size_mb "$leader")
     load_row "$name" defrag "'$ETCDCTL_BIN' --endpoints=$leader --command-timeout=600s defrag"
-    printf '%-10s dbsize    %s MB before the defrag, %s MB after\n' "$name" "$before" "$(db_size_mb "$leader")"
+    printf '%-10s dbsize    %s before the defrag, %s after\n' "$name" "$before" "$(db_size_mb "$leader")"
+    # The same defrag once the loads are over: what it gives back idle.
+    before=$(db_size_mb "$leader")
+    started=$(date +%s.%N)
+    "$ETCDCTL_BIN" --endpoints="$leader" --command-timeout=600s defrag > /dev/null
+    printf '%-10s idle      defrag %.2f s, %s before, %s after\n' "$name" \
+        "$(echo "$(date +%s.%N) - $started" | bc)" "$before" "$(db_size_mb "$leader")"
 }
 
 printf 'scale: %s keys of 256 bytes, 3 members on loopback, %s\n' "$keys" "$(date -u +%F)"

@@ -142,13 +142,14 @@ pub const EMPTY_STORE_REVISION: i64 = 1;
 pub const NEVER_COMPACTED: i64 = -1;
 
 /// sled's page cache, in bytes. The in-memory index answers which revision
-/// to read, so the cache only serves value loads: a range of 100,000 keys
-/// of 256 bytes reads about 34 MB of blocks, which 64 MiB holds. At a
-/// million keys (scripts/scale-etcd.sh, 2026-11-25) 64 MiB against 256 MiB
-/// cut the member's RSS after the fill from 458 to 337 bytes a key, with
-/// that range (0.31-0.49 s against 0.35-0.50 s) and the paginated list of
-/// every key (18.3 against 18.9 s) no slower: a walk of all keys does not
-/// fit in either. sled's own default is 1 GiB.
+/// to read, so the cache only serves value loads. At a million keys
+/// (scripts/scale-etcd.sh, 2026-11-25) 64 MiB against 256 MiB cut the
+/// member's RSS after the fill from 458 to 337 bytes a key, with the
+/// 100,000-key range (0.31-0.49 s against 0.35-0.50 s) and the paginated
+/// list of every key (18.3 against 18.9 s) no slower. Neither fits in
+/// either: etcd's benchmark writes its keys as varints, so the first
+/// 100,000 in key order are spread over every block of the store. sled's
+/// own default is 1 GiB.
 pub const SLED_CACHE_BYTES: u64 = 64 << 20;
 
 struct State {
