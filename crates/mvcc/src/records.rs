@@ -128,6 +128,66 @@ pub fn load_sorted(db: &sled::Db, revisions: &[Revision], mut found: impl FnMut(
     Ok(())
 }
 
+/// Where a step of about `limit` stored revisions from `from` ends: the
+/// main revision of the `limit`-th stored in sled (as `overlay` changes
+/// it) at or after `from`, with main at most `to_main` (the step takes
+/// every sub-revision of it too); or, when fewer are stored through
+/// `to_main`, how many are. Reads one block at a time, so a step costs
+/// what it visits however sparse the stored revisions are (after
+/// compactions, the kept ones lie far apart).
+pub fn step_through(
+    db: &sled::Db,
+    overlay: &Overlay,
+    from: Revision,
+    to_main: i64,
+    limit: usize,
+) -> Result<std::result::Result<i64, usize>> {
+    if to_main < from.main {
+        return Ok(Err(0));
+    }
+    let start = match containing(db, overlay, from)? {
+        Some((key, _)) => key,
+        None => block::key(from),
+    };
+    let upper = block::key(Revision::new(to_main + 1, 0));
+    let mut stored = db.range(start.clone()..upper.clone()).peekable();
+    let mut rewritten = overlay.range(start..upper).peekable();
+    let mut counted = 0;
+    loop {
+        let from_sled = match stored.peek() {
+            Some(Ok((key, _))) => Some(key.to_vec()),
+            Some(Err(_)) => return Err(stored.next().expect("peeked").expect_err("peeked an error").into()),
+            None => None,
+        };
+        let from_overlay = rewritten.peek().map(|(key, _)| (*key).clone());
+        let bytes: Vec<u8> = match (from_sled, from_overlay) {
+            (None, None) => return Ok(Err(counted)),
+            (Some(sled_key), Some(overlay_key)) if overlay_key <= sled_key => {
+                if overlay_key == sled_key {
+                    stored.next();
+                }
+                match rewritten.next().expect("peeked").1 {
+                    Some(bytes) => bytes.clone(),
+                    None => continue,
+                }
+            }
+            (None, Some(_)) => match rewritten.next().expect("peeked").1 {
+                Some(bytes) => bytes.clone(),
+                None => continue,
+            },
+            (Some(_), _) => stored.next().expect("peeked")?.1.to_vec(),
+        };
+        for record in parse(&bytes)?.records() {
+            if record.revision >= from && record.revision.main <= to_main {
+                counted += 1;
+                if counted == limit {
+                    return Ok(Ok(record.revision.main));
+                }
+            }
+        }
+    }
+}
+
 /// Calls `visit(revision, tombstone, key-value)` for every stored revision
 /// from `from` on with main revision at most `to_main`, in order.
 pub fn visit(

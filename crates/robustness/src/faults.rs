@@ -64,9 +64,10 @@ pub enum Fault {
     TornWal,
     Crash,
     Defrag,
+    Compact,
 }
 
-pub const ALL: [Fault; 10] = [
+pub const ALL: [Fault; 11] = [
     Fault::KillLeader,
     Fault::KillFollower,
     Fault::Pause,
@@ -77,10 +78,20 @@ pub const ALL: [Fault; 10] = [
     Fault::TornWal,
     Fault::Crash,
     Fault::Defrag,
+    Fault::Compact,
 ];
 
 /// kv-server's crash points in a defragmentation (`mvcc::defrag_*`).
 pub const DEFRAG_CRASH_POINTS: &[&str] = &["mvcc::defrag_copied", "mvcc::defrag_switched"];
+
+/// The batch limit a member is restarted with for the compaction fault
+/// (`--experimental-compaction-batch-limit`): a round's store is small,
+/// and steps of 10 keys or revisions make its compaction many steps long
+/// under the workload.
+pub const COMPACT_FAULT_BATCH_LIMIT: usize = 10;
+
+/// The compaction fault's crash point: after a step of compaction.
+pub const COMPACT_CRASH_POINT: &str = "mvcc::compaction_step";
 
 /// How long a defragmentation may take; a member's store in a round is
 /// small, so this is generous.
@@ -160,6 +171,7 @@ pub async fn inject(
         }
         Fault::TornWal => crash_at(cluster, random, "wal::torn_write", compact_at).await,
         Fault::Defrag => defrag(cluster, random, failpoints).await,
+        Fault::Compact => compaction(cluster, random, failpoints, compact_at).await,
         Fault::Crash => {
             let point = CRASH_POINTS[random.random_range(0..CRASH_POINTS.len())];
             crash_at(cluster, random, point, compact_at).await
@@ -285,6 +297,40 @@ async fn defrag(cluster: &mut Cluster, random: &mut StdRng, failpoints: bool) ->
         };
     };
     restart_after_crash(cluster, target, &format!("{point} in a defrag")).await
+}
+
+/// A compaction in small steps under the workload, on a random member
+/// restarted with a batch limit of [`COMPACT_FAULT_BATCH_LIMIT`], killed
+/// in it: with failpoints, at [`COMPACT_CRASH_POINT`] after a random
+/// number of steps half the time; otherwise by kill -9 after
+/// [`FAULT_FOR`]. Then restarted clean, to finish the compaction from
+/// what storage holds.
+async fn compaction(
+    cluster: &mut Cluster,
+    random: &mut StdRng,
+    failpoints: bool,
+    compact_at: i64,
+) -> Result<String, String> {
+    let target = random.random_range(0..MEMBERS);
+    let limit = COMPACT_FAULT_BATCH_LIMIT.to_string();
+    let mut env = vec![("ETCD_EXPERIMENTAL_COMPACTION_BATCH_LIMIT".to_string(), limit)];
+    let skip = random.random_range(0..20);
+    let armed = failpoints && random.random_bool(0.5);
+    if armed {
+        let point = format!("{COMPACT_CRASH_POINT}={skip}*off->return");
+        env.push(("FAILPOINTS".to_string(), point));
+    }
+    cluster.kill(target);
+    cluster.spawn(target, &env).map_err(|e| e.to_string())?;
+    cluster.wait_healthy(target).await.map_err(|e| e.to_string())?;
+    compact(cluster, compact_at).await;
+    if armed {
+        return restart_after_crash(cluster, target, &format!("{COMPACT_CRASH_POINT} after {skip} steps")).await;
+    }
+    tokio::time::sleep(FAULT_FOR).await;
+    kill_and_restart(cluster, target, Duration::ZERO)
+        .await
+        .map(|_| format!("member {target} killed compacting in steps of {COMPACT_FAULT_BATCH_LIMIT}"))
 }
 
 /// Compacts at `revision`, through every member until one takes it.
