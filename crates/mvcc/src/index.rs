@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 
 use crate::key_index::{Generation, KeyIndex, Slot};
+use crate::live_count::LiveCounts;
 use crate::revision::Revision;
 
 /// How a request's `range_end` bounds its keys.
@@ -55,17 +56,30 @@ pub struct Compacted {
 #[derive(Debug, Default)]
 pub struct TreeIndex {
     keys: BTreeMap<Box<[u8]>, KeyIndex>,
+    /// Counts of large ranges at the newest revision (see live_count.rs),
+    /// moved by every put that creates a key and every delete.
+    live: LiveCounts,
 }
 
 impl TreeIndex {
     pub fn put(&mut self, key: &[u8], revision: Revision) {
-        self.history_mut(key).put(revision);
+        let history = history_mut(&mut self.keys, key);
+        let created = !history.is_live();
+        history.put(revision);
+        if created {
+            self.live.changed(key, 1);
+        }
     }
 
     /// Records a put read back from storage while rebuilding, with its
     /// stored create revision (see `KeyIndex::put_rebuilt`).
     pub fn put_rebuilt(&mut self, key: &[u8], revision: Revision, created: i64) {
-        self.history_mut(key).put_rebuilt(revision, created);
+        let history = history_mut(&mut self.keys, key);
+        let was_live = history.is_live();
+        history.put_rebuilt(revision, created);
+        if !was_live {
+            self.live.changed(key, 1);
+        }
     }
 
     /// The key's current generation: whether it is live, and if the index
@@ -77,16 +91,32 @@ impl TreeIndex {
     /// Records a delete. Outside a rebuild the key is live; a rebuild may
     /// meet a tombstone that compaction kept as a key's first revision.
     pub fn tombstone(&mut self, key: &[u8], revision: Revision) {
-        self.history_mut(key).tombstone(revision);
+        let history = history_mut(&mut self.keys, key);
+        let was_live = history.is_live();
+        history.tombstone(revision);
+        if was_live {
+            self.live.changed(key, -1);
+        }
     }
 
-    /// The key's history, started empty if the key is new. Looks the key
-    /// up before inserting so that a present key costs no allocation.
-    fn history_mut(&mut self, key: &[u8]) -> &mut KeyIndex {
-        if self.keys.contains_key(key) {
-            return self.keys.get_mut(key).expect("present");
+    /// The count of the range of `key` and `end` at the newest revision,
+    /// if it is kept (see live_count.rs).
+    pub fn live_count(&self, key: &[u8], end: RangeEnd<'_>) -> Option<i64> {
+        match end {
+            RangeEnd::Single => None,
+            RangeEnd::Unbounded => self.live.lookup(key, None),
+            RangeEnd::Before(end) => self.live.lookup(key, Some(end)),
         }
-        self.keys.entry(key.into()).or_default()
+    }
+
+    /// Keeps `count`, just walked at the newest revision, as the range's
+    /// count if the range is large enough (see live_count.rs).
+    pub fn record_live_count(&self, key: &[u8], end: RangeEnd<'_>, count: i64) {
+        match end {
+            RangeEnd::Single => {}
+            RangeEnd::Unbounded => self.live.record(key, None, count),
+            RangeEnd::Before(end) => self.live.record(key, Some(end), count),
+        }
     }
 
     /// The newest revision of `key`, if the index has the key.
@@ -242,6 +272,15 @@ impl TreeIndex {
     }
 }
 
+/// The key's history, started empty if the key is new. Looks the key up
+/// before inserting so that a present key costs no allocation.
+fn history_mut<'a>(keys: &'a mut BTreeMap<Box<[u8]>, KeyIndex>, key: &[u8]) -> &'a mut KeyIndex {
+    if keys.contains_key(key) {
+        return keys.get_mut(key).expect("present");
+    }
+    keys.entry(key.into()).or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,6 +313,51 @@ mod tests {
         assert_eq!(keys(b"a", b"c", 4), [b"a".to_vec(), b"b".to_vec()]);
         assert_eq!(keys(b"c", b"a", 9), Vec::<Vec<u8>>::new());
         assert_eq!(keys(b"c", b"c", 9), Vec::<Vec<u8>>::new());
+    }
+
+    // Goal: a kept count at the newest revision stays what a walk counts
+    // through creates, updates, deletes, re-creates and compactions.
+    #[test]
+    fn kept_counts_stay_what_a_walk_counts() {
+        use crate::live_count::LIVE_COUNT_MIN_KEYS;
+        let mut index = TreeIndex::default();
+        let key = |i: u64| format!("/k/{i:06}").into_bytes();
+        let keys = LIVE_COUNT_MIN_KEYS as u64 + 500;
+        let mut main = 1;
+        for i in 0..keys {
+            main += 1;
+            index.put(&key(i), rev(main));
+        }
+        let walk = |index: &TreeIndex, from: &[u8], end: RangeEnd<'_>, at| {
+            let mut count = 0;
+            index.visit(from, end, at, |_, _| {
+                count += 1;
+                true
+            });
+            count
+        };
+        let ranges: [(&[u8], RangeEnd<'_>); 2] =
+            [(b"/k/", RangeEnd::Before(b"/k0")), (b"/k/000100", RangeEnd::Unbounded)];
+        for (from, end) in ranges {
+            index.record_live_count(from, end, walk(&index, from, end, main));
+        }
+        let mut seed: u64 = 7;
+        for step in 0..5_000 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let k = key((seed >> 33) % (keys + 50));
+            main += 1;
+            match (seed >> 20) % 3 {
+                0 if index.latest(&k).is_some_and(|slot| !slot.is_tombstone()) => index.tombstone(&k, rev(main)),
+                _ => index.put(&k, rev(main)),
+            }
+            if step % 1000 == 999 {
+                index.compact(main - 100);
+            }
+        }
+        for (from, end) in ranges {
+            let kept = index.live_count(from, end).expect("still kept");
+            assert_eq!(kept, walk(&index, from, end, main), "{from:?}");
+        }
     }
 
     // Goal: compaction reports exactly the revisions nobody can read any

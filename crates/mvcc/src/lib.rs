@@ -11,6 +11,8 @@
 //! - [`compaction`]: a compaction's hash and removals, queued and done
 //!   in steps after its apply.
 //! - [`count_cache`]: counts of recent limited ranges, for paginated lists.
+//! - [`live_count`]: counts of large ranges at the newest revision, kept
+//!   exact by every write, for Kubernetes' repeated counts.
 //! - [`lease`]: leases' TTLs and the keys attached to each.
 //! - [`txn`]: compares and branch execution, against the traits only.
 //! - [`validate`]: etcd's request checks, including the duplicate-key rule.
@@ -82,6 +84,7 @@ pub mod key_index;
 pub mod key_value;
 pub mod kv;
 pub mod lease;
+pub mod live_count;
 pub mod observer;
 pub mod pacing;
 pub mod range;

@@ -19,6 +19,11 @@
 //! generation the index cannot derive (see key_index.rs) are loaded.
 //! Every other range loads its values in one pass over the stored blocks
 //! (`records::load_sorted`).
+//!
+//! `count` is walked from the index unless it is known: at the newest
+//! revision, from the counts the writes keep current (live_count.rs); at
+//! an older one, from a nearby start's count (count_cache.rs). A
+//! count-only range with a known count walks nothing.
 
 use std::cmp::Ordering;
 
@@ -69,10 +74,7 @@ pub fn range(
         return Err(Error::EmptyKey);
     }
     let at = read_revision(request.revision, view, compact)?;
-    let filtered = request.min_mod_revision != 0
-        || request.max_mod_revision != 0
-        || request.min_create_revision != 0
-        || request.max_create_revision != 0;
+    let filtered = is_filtered(request);
     let sort_order = match (request.sort_order, request.sort_target) {
         (SortOrder::None, SortTarget::Key) => SortOrder::None,
         (SortOrder::None, _) => SortOrder::Ascend,
@@ -86,19 +88,24 @@ pub fn range(
     let from_index = request.keys_only && request.sort_target != SortTarget::Value;
     let end = RangeEnd::parse(&request.range_end);
     let paged = fetch_limit != usize::MAX && !request.count_only && end != RangeEnd::Single;
-    let counts = counts.filter(|_| paged);
-    let known_count = counts.and_then(|counts| count_from_cache(counts, index, request, at));
-
-    let (fetched, count) = visit(request, index, end, at, fetch_limit, from_index, known_count);
-    if let Some(counts) = counts {
-        counts.record(&request.key, &request.range_end, at, count);
-    }
+    let counting = Counting {
+        cache: counts.filter(|_| paged),
+        newest: at == view && end != RangeEnd::Single,
+    };
+    let known_count = counting.known(request, index, end, at);
     let mut response = RangeResponse {
         revision: view,
         kvs: Vec::new(),
         more: false,
-        count,
+        count: known_count.unwrap_or(0),
     };
+    if request.count_only && known_count.is_some() {
+        return Ok(response);
+    }
+
+    let (fetched, count) = visit(request, index, end, at, fetch_limit, from_index, known_count);
+    counting.remember(request, index, end, at, count, known_count.is_none());
+    response.count = count;
     if request.count_only {
         return Ok(response);
     }
@@ -146,6 +153,54 @@ fn visit(
         known_count.is_none() || fetched.len() < fetch_limit
     });
     (fetched, known_count.unwrap_or(count))
+}
+
+/// Whether any of the min/max mod and create revision filters is set.
+fn is_filtered(request: &RangeRequest) -> bool {
+    request.min_mod_revision != 0
+        || request.max_mod_revision != 0
+        || request.min_create_revision != 0
+        || request.max_create_revision != 0
+}
+
+/// Where a range's count may be known without walking to the end of the
+/// range, and kept for the next one.
+struct Counting<'a> {
+    /// A limited range's: the count of a nearby start at the same
+    /// revision (count_cache.rs).
+    cache: Option<&'a CountCache>,
+    /// The range reads at the newest revision, where a large range's
+    /// count is kept current by the writes themselves (live_count.rs).
+    newest: bool,
+}
+
+impl Counting<'_> {
+    fn known(&self, request: &RangeRequest, index: &TreeIndex, end: RangeEnd<'_>, at: i64) -> Option<i64> {
+        let live = self.newest.then(|| index.live_count(&request.key, end)).flatten();
+        live.or_else(|| {
+            self.cache
+                .and_then(|counts| count_from_cache(counts, index, request, at))
+        })
+    }
+
+    /// Keeps `count` for later ranges; `walked` says the walk counted the
+    /// whole range (no count was known).
+    fn remember(
+        &self,
+        request: &RangeRequest,
+        index: &TreeIndex,
+        end: RangeEnd<'_>,
+        at: i64,
+        count: i64,
+        walked: bool,
+    ) {
+        if let Some(counts) = self.cache {
+            counts.record(&request.key, &request.range_end, at, count);
+        }
+        if self.newest && walked {
+            index.record_live_count(&request.key, end, count);
+        }
+    }
 }
 
 /// The count of `request`'s range at `at`, from the cached count of a

@@ -990,3 +990,81 @@ fn keys_only_comes_from_the_index() {
     assert_eq!(by_value.kvs[1].lease, 7);
     assert!(by_value.kvs.iter().all(|kv| kv.value.is_empty()));
 }
+
+// Goal: a count-only range at the newest revision stays exact when its
+// count is kept by the writes (a range of at least LIVE_COUNT_MIN_KEYS):
+// through updates, deletes of ranges, a lease's revoke, re-creates and a
+// compaction; at an older revision the count is that revision's.
+#[test]
+fn kept_counts_at_the_newest_revision_stay_exact() {
+    let mut h = Harness::new();
+    let keys = mvcc::live_count::LIVE_COUNT_MIN_KEYS as usize + 100;
+    for i in 0..keys {
+        h.ok(put(&format!("k{i:06}"), "v"));
+    }
+    let count = |h: &Harness, revision: i64| {
+        h.range(RangeRequest {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            revision,
+            count_only: true,
+            ..RangeRequest::default()
+        })
+        .unwrap()
+        .count
+    };
+    let walked = |h: &Harness| {
+        h.range(RangeRequest {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            keys_only: true,
+            ..RangeRequest::default()
+        })
+        .unwrap()
+        .kvs
+        .len() as i64
+    };
+    assert_eq!(count(&h, 0), keys as i64, "walked, then kept");
+    let before = h.store.current_revision();
+    h.ok(WriteRequest::LeaseGrant(LeaseGrantRequest { id: 9, ttl: 60 }));
+    for step in 0..300usize {
+        match step % 5 {
+            0 => h.ok(put(&format!("k{:06}", step * 31), "update")),
+            1 => h.ok(put(&format!("k{:06}", keys + step), "new")),
+            2 => h.ok(delete(&format!("k{:06}", step * 17), b"")),
+            3 => h.ok(WriteRequest::Put(PutRequest {
+                key: format!("k{:06}", keys + 1000 + step).into_bytes(),
+                value: b"leased".to_vec(),
+                lease: 9,
+                ..PutRequest::default()
+            })),
+            _ => h.ok(delete(
+                &format!("k{:06}", step * 3),
+                format!("k{:06}", step * 3 + 4).as_bytes(),
+            )),
+        };
+        if step == 150 {
+            h.ok(WriteRequest::Compaction(CompactionRequest {
+                revision: h.store.current_revision() - 10,
+            }));
+        }
+        if step % 50 == 0 {
+            assert_eq!(count(&h, 0), walked(&h), "after step {step}");
+        }
+    }
+    h.ok(WriteRequest::LeaseRevoke(LeaseRevokeRequest { id: 9 }));
+    let now = walked(&h);
+    assert_ne!(now, keys as i64, "the writes changed the count");
+    assert_eq!(count(&h, 0), now);
+    assert_eq!(count(&h, h.store.current_revision()), now, "the newest, named");
+    assert_eq!(count(&h, before + 200), {
+        let old = h.range(RangeRequest {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            revision: before + 200,
+            keys_only: true,
+            ..RangeRequest::default()
+        });
+        old.unwrap().kvs.len() as i64
+    });
+}
