@@ -128,6 +128,67 @@ pub fn load_sorted(db: &sled::Db, revisions: &[Revision], mut found: impl FnMut(
     Ok(())
 }
 
+/// The stored blocks that may hold revisions from `from` through main
+/// revision `to_main`, in order, as `overlay` changes sled's: a block it
+/// rewrote replaces sled's, one it deleted is skipped, one it added is
+/// met in its place. Lazy, one block at a time, so a walk over the whole
+/// store holds one block, not the store.
+fn blocks<'a>(db: &sled::Db, overlay: &'a Overlay, from: Revision, to_main: i64) -> Result<Blocks<'a>> {
+    let start = match containing(db, overlay, from)? {
+        Some((key, _)) => key,
+        None => block::key(from),
+    };
+    let upper = block::key(Revision::new(to_main + 1, 0));
+    Ok(Blocks {
+        stored: db.range(start.clone()..upper.clone()).peekable(),
+        rewritten: overlay.range(start..upper).peekable(),
+    })
+}
+
+/// See [`blocks`].
+struct Blocks<'a> {
+    stored: std::iter::Peekable<sled::Iter>,
+    rewritten: std::iter::Peekable<std::collections::btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>>,
+}
+
+impl Iterator for Blocks<'_> {
+    type Item = Result<sled::IVec>;
+
+    fn next(&mut self) -> Option<Result<sled::IVec>> {
+        loop {
+            let stored_key = match self.stored.peek() {
+                Some(Ok((key, _))) => Some(key.clone()),
+                Some(Err(_)) => {
+                    return self
+                        .stored
+                        .next()
+                        .map(|item| item.map(|(_, bytes)| bytes).map_err(Into::into))
+                }
+                None => None,
+            };
+            let rewritten_first = match (&stored_key, self.rewritten.peek()) {
+                (None, None) => return None,
+                (Some(stored), Some((rewritten, _))) => rewritten.as_slice() <= stored.as_ref(),
+                (None, Some(_)) => true,
+                (Some(_), None) => false,
+            };
+            if !rewritten_first {
+                return self
+                    .stored
+                    .next()
+                    .map(|item| item.map(|(_, bytes)| bytes).map_err(Into::into));
+            }
+            let (key, bytes) = self.rewritten.next().expect("peeked");
+            if stored_key.as_deref() == Some(key.as_slice()) {
+                self.stored.next();
+            }
+            if let Some(bytes) = bytes {
+                return Some(Ok(sled::IVec::from(bytes.as_slice())));
+            }
+        }
+    }
+}
+
 /// Where a step of about `limit` stored revisions from `from` ends: the
 /// main revision of the `limit`-th stored in sled (as `overlay` changes
 /// it) at or after `from`, with main at most `to_main` (the step takes
@@ -145,38 +206,9 @@ pub fn step_through(
     if to_main < from.main {
         return Ok(Err(0));
     }
-    let start = match containing(db, overlay, from)? {
-        Some((key, _)) => key,
-        None => block::key(from),
-    };
-    let upper = block::key(Revision::new(to_main + 1, 0));
-    let mut stored = db.range(start.clone()..upper.clone()).peekable();
-    let mut rewritten = overlay.range(start..upper).peekable();
     let mut counted = 0;
-    loop {
-        let from_sled = match stored.peek() {
-            Some(Ok((key, _))) => Some(key.to_vec()),
-            Some(Err(_)) => return Err(stored.next().expect("peeked").expect_err("peeked an error").into()),
-            None => None,
-        };
-        let from_overlay = rewritten.peek().map(|(key, _)| (*key).clone());
-        let bytes: Vec<u8> = match (from_sled, from_overlay) {
-            (None, None) => return Ok(Err(counted)),
-            (Some(sled_key), Some(overlay_key)) if overlay_key <= sled_key => {
-                if overlay_key == sled_key {
-                    stored.next();
-                }
-                match rewritten.next().expect("peeked").1 {
-                    Some(bytes) => bytes.clone(),
-                    None => continue,
-                }
-            }
-            (None, Some(_)) => match rewritten.next().expect("peeked").1 {
-                Some(bytes) => bytes.clone(),
-                None => continue,
-            },
-            (Some(_), _) => stored.next().expect("peeked")?.1.to_vec(),
-        };
+    for bytes in blocks(db, overlay, from, to_main)? {
+        let bytes = bytes?;
         for record in parse(&bytes)?.records() {
             if record.revision >= from && record.revision.main <= to_main {
                 counted += 1;
@@ -186,6 +218,7 @@ pub fn step_through(
             }
         }
     }
+    Ok(Err(counted))
 }
 
 /// Calls `visit(revision, tombstone, key-value)` for every stored revision
@@ -200,24 +233,9 @@ pub fn visit(
     if to_main < from.main {
         return Ok(());
     }
-    let mut blocks: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    if let Some((key, bytes)) = containing(db, overlay, from)? {
-        blocks.insert(key, bytes);
-    }
-    let (lower, upper) = (block::key(from), block::key(Revision::new(to_main + 1, 0)));
-    for item in db.range(lower.clone()..upper.clone()) {
-        let (key, bytes) = item?;
-        if !overlay.contains_key(key.as_ref()) {
-            blocks.insert(key.to_vec(), bytes.to_vec());
-        }
-    }
-    for (key, bytes) in overlay.range(lower..upper) {
-        if let Some(bytes) = bytes {
-            blocks.insert(key.clone(), bytes.clone());
-        }
-    }
-    for bytes in blocks.values() {
-        for record in parse(bytes)?.records() {
+    for bytes in blocks(db, overlay, from, to_main)? {
+        let bytes = bytes?;
+        for record in parse(&bytes)?.records() {
             if record.revision >= from && record.revision.main <= to_main {
                 visit(record.revision, record.tombstone, decode(record.value)?)?;
             }

@@ -1722,18 +1722,11 @@ mod tests {
             .iter()
             .map(|dir| Store::open(&dir.path().join("kv")).unwrap())
             .collect();
-        let put = |key: usize, round: usize| {
-            WriteRequest::Put(PutRequest {
-                key: format!("k{key:04}").into_bytes(),
-                value: format!("value {round}").into_bytes(),
-                ..PutRequest::default()
-            })
-        };
         let mut index = 0;
         for round in 0..5 {
             for chunk in (0..1000).collect::<Vec<_>>().chunks(250) {
                 index += 1;
-                let puts: Vec<_> = chunk.iter().map(|&key| put(key, round)).collect();
+                let puts: Vec<_> = chunk.iter().map(|&key| put_in_round(key, round)).collect();
                 stores.iter().for_each(|store| drop(store.apply(index, &puts).unwrap()));
             }
         }
@@ -1772,6 +1765,16 @@ mod tests {
         assert_eq!(first.snapshot().unwrap(), reopened.snapshot().unwrap());
     }
 
+    /// Key `key`'s put in writing round `round`: the compaction tests'
+    /// keys, each rewritten once a round.
+    fn put_in_round(key: usize, round: usize) -> WriteRequest {
+        WriteRequest::Put(PutRequest {
+            key: format!("k{key:04}").into_bytes(),
+            value: format!("value {round}").into_bytes(),
+            ..PutRequest::default()
+        })
+    }
+
     // Goal: after a compaction, the next one's hash takes steps in
     // proportion to the revisions still stored, not to the revision
     // numbers they span, and its hash is still HashKV's at its revision.
@@ -1783,17 +1786,10 @@ mod tests {
     fn a_compactions_hash_steps_over_what_is_stored() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("kv")).unwrap();
-        let put = |key: usize, round: usize| {
-            WriteRequest::Put(PutRequest {
-                key: format!("k{key:03}").into_bytes(),
-                value: format!("value {round}").into_bytes(),
-                ..PutRequest::default()
-            })
-        };
         let mut index = 0;
         for round in 0..50 {
             index += 1;
-            let puts: Vec<_> = (0..100).map(|key| put(key, round)).collect();
+            let puts: Vec<_> = (0..100).map(|key| put_in_round(key, round)).collect();
             drop(store.apply(index, &puts).unwrap());
         }
         let compact = |at| WriteRequest::Compaction(CompactionRequest { revision: at });
@@ -1801,7 +1797,7 @@ mod tests {
         drop(store.apply(index, &[compact(store.current_revision())]).unwrap());
         store.finish_compactions().unwrap();
         index += 1;
-        let puts: Vec<_> = (0..10).map(|key| put(key, 50)).collect();
+        let puts: Vec<_> = (0..10).map(|key| put_in_round(key, 50)).collect();
         drop(store.apply(index, &puts).unwrap());
         let at = store.current_revision();
         let (before, _) = store.hash_kv(at).unwrap();
