@@ -1,7 +1,9 @@
 //! `robustness`: runs rounds of the robustness suite against a 3-member
 //! cluster of the given binary, one line per round, and a last line
 //! `histories=N violations=V nonconverged=C lost_writes=L watch_violations=W`.
-//! Exits with status 1 if any round failed. `scripts/robustness.sh` runs it.
+//! Exits with status 1 if any round failed, or if more histories than
+//! `linearize::UNDECIDED_HISTORIES_PERCENT_MAX` allows left a key
+//! undecided. `scripts/robustness.sh` runs it.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -11,6 +13,7 @@ use rand::{Rng, SeedableRng};
 
 use robustness::cluster::Cluster;
 use robustness::faults::{Fault, ALL};
+use robustness::linearize;
 use robustness::round::{self, RoundSpec};
 
 #[derive(Parser)]
@@ -64,6 +67,9 @@ struct Totals {
     watch_violations: usize,
     crashed: usize,
     undecided: usize,
+    /// Histories with at least one undecided key (see
+    /// `linearize::too_many_undecided`).
+    undecided_histories: u64,
     operations: usize,
 }
 
@@ -114,6 +120,7 @@ async fn run_rounds(args: &Args, cluster: &mut Cluster, dir: &std::path::Path) -
         totals.lost_writes += outcome.lost_writes;
         totals.crashed += outcome.crashed;
         totals.undecided += outcome.undecided;
+        totals.undecided_histories += u64::from(outcome.undecided > 0);
         totals.nonconverged += usize::from(outcome.nonconverged);
         totals.operations += outcome.operations;
         if outcome.failed() {
@@ -171,5 +178,14 @@ async fn main() {
         started.elapsed().as_secs()
     );
     cluster.stop();
-    std::process::exit(if totals.failed_rounds > 0 { 1 } else { 0 });
+    let undecided = linearize::too_many_undecided(totals.undecided_histories, totals.rounds);
+    if undecided {
+        println!(
+            "{} of {} histories left a key undecided: more than {} %",
+            totals.undecided_histories,
+            totals.rounds,
+            linearize::UNDECIDED_HISTORIES_PERCENT_MAX
+        );
+    }
+    std::process::exit(if totals.failed_rounds > 0 || undecided { 1 } else { 0 });
 }
