@@ -14,7 +14,10 @@
 #   list      every key in pages of 500, each after the last key of the
 #             one before, at the first page's revision (as kube-apiserver
 #             lists), count and more checked on every page: the time
-#   keys      a keys-only range of every key; count: a count-only one
+#   count     a count-only range of every key, first of the reads; keys:
+#             a keys-only one; recount: the count-only range again, after
+#             the list and the keys-only range (as kube-apiserver counts
+#             each collection every minute)
 #   stream    RangeStream of every key (chunks dropped as they come): the
 #             time and the follower's peak RSS growth
 #   restart   kill -9 of that follower, then the time from its start until
@@ -101,9 +104,10 @@ measure() {  # name binary
     for round in 1 2 3; do
         read_row "$name" range "$pid" "$port" range100k
     done
-    for mode in list keys count stream; do
+    for mode in count list keys stream; do
         read_row "$name" "$mode" "$pid" "$port" "$mode"
     done
+    read_row "$name" recount "$pid" "$port" count
     scripts/local-cluster.sh restart "$binary" "$dir" "$member" --quota-backend-bytes=8589934592
     started=$(date +%s.%N)
     local served=no
