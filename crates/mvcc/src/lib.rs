@@ -47,6 +47,7 @@
 //! 'm' + "consistent_index"  -> raft index of the last applied batch, i64 BE
 //! 'm' + "current_revision"  -> the newest revision, i64 BE
 //! 'm' + "compact_revision"  -> revisions below this are gone, i64 BE
+//! 'm' + "stored_bytes"      -> bytes of every key and value held, i64 BE
 //! 'l' + lease id, i64 BE    -> granted TTL in seconds, i64 BE
 //! ```
 //!

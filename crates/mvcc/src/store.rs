@@ -62,6 +62,10 @@ pub(crate) const META_CURRENT_REVISION: &[u8] = b"mcurrent_revision";
 pub(crate) const META_COMPACT_REVISION: &[u8] = b"mcompact_revision";
 /// Present while a snapshot is being restored (see `restore_from`).
 const META_RESTORING: &[u8] = b"mrestoring";
+/// Bytes of every key and value sled holds, this record included, i64 BE
+/// (Status's `dbSizeInUse`): kept by each commit, in the same sled batch,
+/// so that it matches whatever prefix of the batches sled recovers.
+const META_STORED_BYTES: &[u8] = b"mstored_bytes";
 
 /// Bytes of keys and values per sled batch while restoring a snapshot:
 /// large enough that a restore is a few hundred batches for a full 2 GiB
@@ -171,6 +175,9 @@ struct State {
     alarms: BTreeSet<Alarm>,
     /// The membership record, as stored under `META_MEMBERSHIP`.
     membership: Option<Vec<u8>>,
+    /// Bytes of every key and value sled holds, as stored under
+    /// `META_STORED_BYTES`.
+    stored_bytes: u64,
     /// The auth record, as stored under `META_AUTH`.
     auth: Option<Vec<u8>>,
     /// A defragmentation under way, which every commit repeats into (see
@@ -912,6 +919,10 @@ impl Store {
         let mut snapshot_index = 0;
         while let Some(key) = read_part(&mut input)? {
             let value = read_part(&mut input)?.ok_or_else(|| corrupt("snapshot cut short"))?;
+            if key == META_STORED_BYTES {
+                // The sender's count; this store counts its own once loaded.
+                continue;
+            }
             if key == META_CONSISTENT_INDEX {
                 let bytes: [u8; 8] = value[..].try_into().map_err(|_| corrupt("metadata is not 8 bytes"))?;
                 snapshot_index = i64::from_be_bytes(bytes) as u64;
@@ -1082,17 +1093,14 @@ impl Store {
         Ok(std::mem::replace(&mut *self.db.write(), copying.fresh))
     }
 
-    /// Bytes of what the store holds now (keys and values as stored): what
-    /// a defragmentation would leave, short of sled's own overhead. Reads
-    /// every item, so callers sample it rather than ask per request.
+    /// Bytes of what sled holds now (keys and values as stored, the open
+    /// batch not yet): what a defragmentation would leave, short of sled's
+    /// own overhead. Kept by every commit (`META_STORED_BYTES`): counting
+    /// them by reading every item, as this once did about every second,
+    /// pulled the whole store through sled's cache, which then kept most
+    /// of it (docs/benchmarks.md, the heap profile of 2026-11-25).
     pub fn live_bytes(&self) -> Result<u64> {
-        let db = self.db.read().clone();
-        let mut bytes = 0u64;
-        for item in db.iter() {
-            let (key, value) = item?;
-            bytes += (key.len() + value.len()) as u64;
-        }
-        Ok(bytes)
+        Ok(self.state.read().stored_bytes)
     }
 
     /// Bytes the store occupies on disk.
@@ -1161,8 +1169,36 @@ fn load_state(db: &sled::Db, consistent_index: u64) -> Result<State> {
         alarms: read_alarms(db)?,
         membership: db.get(META_MEMBERSHIP)?.map(|bytes| bytes.to_vec()),
         auth: db.get(META_AUTH)?.map(|bytes| bytes.to_vec()),
+        stored_bytes: match read_i64(db, META_STORED_BYTES)? {
+            Some(bytes) => bytes as u64,
+            None => count_stored_bytes(db)?,
+        },
         copying: None,
     })
+}
+
+/// Bytes of every key and value in `db`, counted by reading every item:
+/// for a store that has not recorded them (written by an older build, or
+/// just restored), once when it is loaded.
+fn count_stored_bytes(db: &sled::Db) -> Result<u64> {
+    let mut bytes = 0u64;
+    for item in db.iter() {
+        let (key, value) = item?;
+        bytes += (key.len() + value.len()) as u64;
+    }
+    Ok(bytes)
+}
+
+/// How many bytes sled will hold more (or fewer) once `writes` apply:
+/// each key's new size less the one it has now.
+fn stored_bytes_change(db: &sled::Db, writes: &Writes) -> Result<i64> {
+    let mut change = 0i64;
+    for (key, value) in writes.outcome() {
+        let old = db.get(key)?.map_or(0, |old| key.len() + old.len());
+        let new = value.map_or(0, |value| key.len() + value.len());
+        change += new as i64 - old as i64;
+    }
+    Ok(change)
 }
 
 /// The error of a defragmentation a restore abandoned.
@@ -1184,6 +1220,11 @@ fn commit(db: &sled::Db, poisoned: &AtomicBool, state: &mut State, observer: Opt
     writes.insert(META_CURRENT_REVISION, &state.current_revision.to_be_bytes());
     writes.insert(META_COMPACT_REVISION, &state.compact_revision.to_be_bytes());
     writes.insert(META_CONSISTENT_INDEX, &(state.consistent_index as i64).to_be_bytes());
+    // The record of the bytes held counts itself: its key and 8 bytes.
+    writes.remove(META_STORED_BYTES);
+    let change = stored_bytes_change(db, &writes)? + (META_STORED_BYTES.len() + 8) as i64;
+    let stored_bytes = (state.stored_bytes as i64 + change).max(0) as u64;
+    writes.insert(META_STORED_BYTES, &(stored_bytes as i64).to_be_bytes());
     if let Some(error) = state.copying.as_ref().and_then(|copying| copying.tee(&writes).err()) {
         // The store itself is intact: only the defragmentation ends.
         tracing::warn!(%error, "a defragmentation's fresh database failed a write; abandoning it");
@@ -1194,6 +1235,7 @@ fn commit(db: &sled::Db, poisoned: &AtomicBool, state: &mut State, observer: Opt
         tracing::error!(%error, "sled failed to apply a batch; the store is poisoned");
         return Err(error.into());
     }
+    state.stored_bytes = stored_bytes;
     if let Some(observer) = observer {
         observer.committed(started.elapsed());
     }
@@ -1763,6 +1805,68 @@ mod tests {
         reopened.finish_compactions().unwrap();
         assert_eq!(reopened.range(&everything).unwrap(), served);
         assert_eq!(first.snapshot().unwrap(), reopened.snapshot().unwrap());
+    }
+
+    // Goal: the bytes in use the commits keep equal a count of every
+    // item, through puts, deletes, leases, a compaction's removals, a
+    // defragmentation, a reopen and a restore on another store.
+    // Method: compare Store::live_bytes with a walk after each step.
+    #[test]
+    fn kept_stored_bytes_equal_a_count_of_every_item() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kv");
+        let store = Store::open(&path).unwrap();
+        let counted = |store: &Store| {
+            store.flush().unwrap();
+            (
+                store.live_bytes().unwrap(),
+                count_stored_bytes(&store.db.read()).unwrap(),
+            )
+        };
+        let mut index = 0;
+        let mut apply = |store: &Store, requests: &[WriteRequest]| {
+            index += 1;
+            drop(store.apply(index, requests).unwrap());
+        };
+        for round in 0..3 {
+            let puts: Vec<_> = (0..300).map(|key| put_in_round(key, round)).collect();
+            apply(&store, &puts);
+            let (kept, walked) = counted(&store);
+            assert_eq!(kept, walked, "after round {round}");
+        }
+        apply(
+            &store,
+            &[WriteRequest::LeaseGrant(LeaseGrantRequest { id: 5, ttl: 60 })],
+        );
+        apply(
+            &store,
+            &[WriteRequest::DeleteRange(DeleteRangeRequest {
+                key: b"k0000".to_vec(),
+                range_end: b"k0100".to_vec(),
+                prev_kv: false,
+            })],
+        );
+        let (kept, walked) = counted(&store);
+        assert_eq!(kept, walked, "after a lease and deletes");
+        let at = store.current_revision();
+        apply(&store, &[WriteRequest::Compaction(CompactionRequest { revision: at })]);
+        store.finish_compactions().unwrap();
+        let (kept, walked) = counted(&store);
+        assert_eq!(kept, walked, "after a compaction");
+        store.defragment().unwrap();
+        assert_eq!(counted(&store).0, counted(&store).1, "after a defragmentation");
+        let (_, snapshot) = store.snapshot().unwrap();
+        let before_reopen = store.live_bytes().unwrap();
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.live_bytes().unwrap(), before_reopen, "read back on open");
+        let other = Store::open(&dir.path().join("other")).unwrap();
+        other.restore(1, &snapshot).unwrap();
+        let (kept, walked) = counted(&other);
+        assert_eq!(kept, walked, "after a restore");
+        apply(&other, &[put_in_round(1, 9)]);
+        let (kept, walked) = counted(&other);
+        assert_eq!(kept, walked, "after a commit following the restore");
     }
 
     /// Key `key`'s put in writing round `round`: the compaction tests'

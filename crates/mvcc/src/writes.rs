@@ -35,6 +35,14 @@ impl Writes {
         batch
     }
 
+    /// Each key written, with its final value (`None`: removed).
+    pub fn outcome(&self) -> std::collections::BTreeMap<&[u8], Option<&[u8]>> {
+        self.ops
+            .iter()
+            .map(|(key, value)| (key.as_ref(), value.as_deref()))
+            .collect()
+    }
+
     /// All the writes, as one sled batch.
     pub fn into_batch(self) -> sled::Batch {
         let mut batch = sled::Batch::default();

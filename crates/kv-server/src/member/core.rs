@@ -80,10 +80,9 @@ pub struct Member {
     /// The store's size on disk, sampled by the server every 100 ms (the
     /// quota check reads this instead of asking sled per write).
     pub disk_bytes: AtomicU64,
-    /// Bytes of what the store holds (`Store::live_bytes`), counted
-    /// about every second while the store changes (less often when
-    /// counting takes long: `server::tasks`), after each compaction and
-    /// after a defragmentation: Status's `dbSizeInUse`.
+    /// Bytes of what the store holds (`Store::live_bytes`, kept by its
+    /// commits), sampled with `disk_bytes` and after a defragmentation:
+    /// Status's `dbSizeInUse`.
     pub live_bytes: AtomicU64,
     pub(super) node: SyncSender<NodeInput>,
     pub(super) leader_channels: PeerChannels,
@@ -316,19 +315,17 @@ impl Member {
         let member = self.clone();
         let done = tokio::task::spawn_blocking(move || -> Result<(), mvcc::Error> {
             member.store.defragment()?;
-            member.sample_sizes(true)
+            member.sample_sizes()
         });
         done.await.map_err(|_| RequestError::Stopped)??;
         Ok(())
     }
 
-    /// Samples the store's size on disk (for the quota and Status) and,
-    /// when asked, the bytes it holds (reads every item).
-    pub fn sample_sizes(&self, live: bool) -> Result<(), mvcc::Error> {
+    /// Samples the store's size on disk (for the quota and Status) and the
+    /// bytes it holds.
+    pub fn sample_sizes(&self) -> Result<(), mvcc::Error> {
         self.disk_bytes.store(self.store.size_on_disk()?, Ordering::Release);
-        if live {
-            self.live_bytes.store(self.store.live_bytes()?, Ordering::Release);
-        }
+        self.live_bytes.store(self.store.live_bytes()?, Ordering::Release);
         Ok(())
     }
 

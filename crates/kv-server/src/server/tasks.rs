@@ -3,7 +3,7 @@
 //! member's client URLs, and (on the leader) revoking expired leases.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
@@ -19,18 +19,6 @@ const HEALTH_POLL: Duration = Duration::from_millis(100);
 /// overshoot the quota by what 100 ms of writes add, as etcd's can by what
 /// its backend buffers between commits.
 const DISK_SIZE_SAMPLE: Duration = Duration::from_millis(100);
-/// The least time between two counts of the bytes the store holds, for
-/// Status's `dbSizeInUse`, while it changes: fresh to within a second or
-/// so on a store of modest size.
-const DB_SIZE_IN_USE_GAP_MIN: Duration = Duration::from_secs(1);
-/// Counting reads every item (about a second per GiB), so the next count
-/// waits this many times as long as the last one took: counting takes at
-/// most 2% of one thread, whatever the store's size (a 100 MB store is
-/// counted about every 5 s). A store
-/// that does not change is not counted again; a compaction (the one thing
-/// that frees space in use) is counted at the next size sample whatever
-/// the gap, and a defragmentation at once.
-const DB_SIZE_IN_USE_COST_FACTOR: u32 = 50;
 /// Pause between attempts to publish this member's client URLs.
 const PUBLISH_RETRY: Duration = Duration::from_millis(500);
 
@@ -84,39 +72,15 @@ async fn follow_health(member: Arc<Member>, health: HealthReporter) {
     }
 }
 
-/// Samples the store's size on disk every [`DISK_SIZE_SAMPLE`], and the
-/// bytes it holds as [`DB_SIZE_IN_USE_COST_FACTOR`] paces it (on a
-/// blocking thread: it reads every item).
+/// Samples the store's size on disk and the bytes it holds every
+/// [`DISK_SIZE_SAMPLE`] (on a blocking thread: sled's size reads its
+/// files' metadata).
 async fn sample_disk_size(member: Arc<Member>) {
-    // (revision, compact revision, compaction work queued) counted last,
-    // when, and the wait after. A compaction is counted when it applies
-    // and again once its queued removals are done.
-    let mut counted: Option<(i64, i64, bool)> = None;
-    let mut last_count = Instant::now();
-    let mut gap = Duration::ZERO;
     loop {
-        let store = &member.store;
-        let now = (
-            store.current_revision(),
-            store.compact_revision(),
-            store.compaction_pending(),
-        );
-        let live = match counted {
-            None => true,
-            Some((revision, compacted, queued)) => {
-                compacted != now.1 || (queued && !now.2) || (revision != now.0 && last_count.elapsed() >= gap)
-            }
-        };
         let sampler = member.clone();
-        let started = Instant::now();
-        let sampled = tokio::task::spawn_blocking(move || sampler.sample_sizes(live)).await;
+        let sampled = tokio::task::spawn_blocking(move || sampler.sample_sizes()).await;
         if let Ok(Err(error)) = sampled {
             tracing::warn!(%error, "could not read the store's size");
-        }
-        if live {
-            counted = Some(now);
-            last_count = Instant::now();
-            gap = (started.elapsed() * DB_SIZE_IN_USE_COST_FACTOR).max(DB_SIZE_IN_USE_GAP_MIN);
         }
         tokio::time::sleep(DISK_SIZE_SAMPLE).await;
     }
