@@ -128,7 +128,7 @@ impl Backlog {
                 after: after.clone(),
             },
             // The store ends the step after `limit` stored revisions
-            // (`records::step_through`): after compactions they lie far
+            // (`Store::compact_step`): after compactions they lie far
             // apart, and a step of `limit` revision numbers would find few.
             Job::Hash { hasher, next } => Step::Hash {
                 from: *next,

@@ -9,6 +9,7 @@
 //! compaction in the same batch makes (its hash) look through the overlay.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 
 use crate::block::{self, Block, Record, BLOCK_SPACE};
 use crate::error::{Error, Result};
@@ -189,59 +190,34 @@ impl Iterator for Blocks<'_> {
     }
 }
 
-/// Where a step of about `limit` stored revisions from `from` ends: the
-/// main revision of the `limit`-th stored in sled (as `overlay` changes
-/// it) at or after `from`, with main at most `to_main` (the step takes
-/// every sub-revision of it too); or, when fewer are stored through
-/// `to_main`, how many are. Reads one block at a time, so a step costs
-/// what it visits however sparse the stored revisions are (after
+/// Calls `each(revision, tombstone, stored key-value bytes)` for every
+/// stored revision from `from` on with main revision at most `to_main`,
+/// in order, as `overlay` changes sled's, until it returns `Break`; says
+/// whether it did. Reads one block at a time (see [`blocks`]), so a walk
+/// costs what it visits however sparse the stored revisions are (after
 /// compactions, the kept ones lie far apart).
-pub fn step_through(
+pub fn each(
     db: &sled::Db,
     overlay: &Overlay,
     from: Revision,
     to_main: i64,
-    limit: usize,
-) -> Result<std::result::Result<i64, usize>> {
+    mut each: impl FnMut(Revision, bool, &[u8]) -> Result<ControlFlow<()>>,
+) -> Result<ControlFlow<()>> {
     if to_main < from.main {
-        return Ok(Err(0));
-    }
-    let mut counted = 0;
-    for bytes in blocks(db, overlay, from, to_main)? {
-        let bytes = bytes?;
-        for record in parse(&bytes)?.records() {
-            if record.revision >= from && record.revision.main <= to_main {
-                counted += 1;
-                if counted == limit {
-                    return Ok(Ok(record.revision.main));
-                }
-            }
-        }
-    }
-    Ok(Err(counted))
-}
-
-/// Calls `visit(revision, tombstone, key-value)` for every stored revision
-/// from `from` on with main revision at most `to_main`, in order.
-pub fn visit(
-    db: &sled::Db,
-    overlay: &Overlay,
-    from: Revision,
-    to_main: i64,
-    mut visit: impl FnMut(Revision, bool, KeyValue) -> Result<()>,
-) -> Result<()> {
-    if to_main < from.main {
-        return Ok(());
+        return Ok(ControlFlow::Continue(()));
     }
     for bytes in blocks(db, overlay, from, to_main)? {
         let bytes = bytes?;
         for record in parse(&bytes)?.records() {
-            if record.revision >= from && record.revision.main <= to_main {
-                visit(record.revision, record.tombstone, decode(record.value)?)?;
+            if record.revision >= from
+                && record.revision.main <= to_main
+                && each(record.revision, record.tombstone, record.value)?.is_break()
+            {
+                return Ok(ControlFlow::Break(()));
             }
         }
     }
-    Ok(())
+    Ok(ControlFlow::Continue(()))
 }
 
 /// Rewrites, into `overlay`, every block holding one of `revisions`

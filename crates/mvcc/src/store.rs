@@ -15,6 +15,7 @@
 //! on sled's I/O threads and disk time the WAL's fdatasync waited behind.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -1270,8 +1271,32 @@ fn load_many(db: &sled::Db, batch: &Batch, revisions: &[Revision]) -> Result<Vec
         .collect()
 }
 
-/// [`records::visit`] over sled as the open batch changes it: its
-/// compactions' rewrites, then its own revisions (all newer than sled's).
+/// [`records::each`] over sled as the open batch changes it (its
+/// compactions' rewrites), then over the open batch's own revisions (all
+/// newer than sled's), until `each` returns `Break`.
+fn each_through(
+    db: &sled::Db,
+    batch: &Batch,
+    from: Revision,
+    to_main: i64,
+    mut each: impl FnMut(Revision, bool, &[u8]) -> Result<ControlFlow<()>>,
+) -> Result<()> {
+    if records::each(db, &batch.overlay, from, to_main, &mut each)?.is_break() {
+        return Ok(());
+    }
+    for record in &batch.records {
+        if record.revision >= from
+            && record.revision.main <= to_main
+            && each(record.revision, record.tombstone, &record.value)?.is_break()
+        {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Calls `visit(revision, tombstone, key-value)` for every stored revision
+/// in `from..=to_main` ([`each_through`]), in order.
 fn visit_through(
     db: &sled::Db,
     batch: &Batch,
@@ -1279,32 +1304,28 @@ fn visit_through(
     to_main: i64,
     mut visit: impl FnMut(Revision, bool, KeyValue) -> Result<()>,
 ) -> Result<()> {
-    records::visit(db, &batch.overlay, from, to_main, &mut visit)?;
-    for record in &batch.records {
-        if record.revision >= from && record.revision.main <= to_main {
-            visit(record.revision, record.tombstone, records::decode(&record.value)?)?;
-        }
-    }
-    Ok(())
+    each_through(db, batch, from, to_main, |revision, tombstone, value| {
+        visit(revision, tombstone, records::decode(value)?)?;
+        Ok(ControlFlow::Continue(()))
+    })
 }
 
-/// Where a hash step of about `limit` stored revisions from `from` ends
-/// ([`records::step_through`]), counting the open batch's too: they come
-/// after everything in sled.
+/// Where a hash step of about `limit` stored revisions from `from` ends:
+/// the main revision of the `limit`-th stored at or after `from` (the
+/// step takes every sub-revision of it too), or `to_main` when fewer are
+/// stored through it. Counts what is stored ([`each_through`]), not
+/// revision numbers: after compactions the kept revisions lie far apart.
 fn hash_step_end(db: &sled::Db, batch: &Batch, from: Revision, to_main: i64, limit: usize) -> Result<i64> {
-    let mut counted = match records::step_through(db, &batch.overlay, from, to_main, limit)? {
-        Ok(end) => return Ok(end),
-        Err(counted) => counted,
-    };
-    for record in &batch.records {
-        if record.revision >= from && record.revision.main <= to_main {
-            counted += 1;
-            if counted == limit {
-                return Ok(record.revision.main);
-            }
+    let (mut counted, mut end) = (0, to_main);
+    each_through(db, batch, from, to_main, |revision, _, _| {
+        counted += 1;
+        if counted == limit {
+            end = revision.main;
+            return Ok(ControlFlow::Break(()));
         }
-    }
-    Ok(to_main)
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok(end)
 }
 
 /// `key`'s value at `revision - 1`, if it existed then and the revision
