@@ -1,12 +1,13 @@
-//! Goal: a failed fdatasync of the WAL stops the member, never ignored,
-//! and the rest of the cluster goes on serving.
+//! Goal: a failed fdatasync, of the WAL or of the store's value files,
+//! stops the member, never ignored, and the rest of the cluster goes on
+//! serving.
 //!
 //! Method: a 3-member cluster of real processes built with the
 //! `failpoints` feature (the test command builds it so). One member is
-//! restarted with `FAILPOINTS=wal::fdatasync=20*off->return`: its first 20
-//! syncs succeed, then every one fails. Writes go to the cluster; that
-//! member must exit with a failure status and say why in its log, and the
-//! other two must keep accepting writes.
+//! restarted with a failpoint such as `wal::fdatasync=20*off->return`: its
+//! first 20 syncs succeed, then every one fails. Writes go to the cluster;
+//! that member must exit with a failure status and say why in its log,
+//! and the other two must keep accepting writes.
 
 #![cfg(feature = "failpoints")]
 
@@ -22,9 +23,30 @@ const STOP_WITHIN: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_fsync_stops_the_member() {
+    stops_on(
+        "wal::fdatasync=20*off->return",
+        8379,
+        "WAL write failed; stopping the member",
+    )
+    .await;
+}
+
+// The store's value files are synced before sled may point into them
+// (mvcc's value_files.rs); the apply stage commits the store at least
+// every 100 ms while writes flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_value_file_sync_stops_the_member() {
+    // Whichever commit meets it (an apply's, the idle one, a flush) says
+    // why it stopped.
+    stops_on("mvcc::value_sync=2*off->return", 8579, "injected failure").await;
+}
+
+/// Runs the test with `failpoint` on member 3 of a cluster at `port`,
+/// which must stop with `log_line` in its log.
+async fn stops_on(failpoint: &str, port: u16, log_line: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cluster = common::Cluster::start(&common::kv_server(), dir.path(), 8379, &[]);
-    cluster.members[2].env = vec![("FAILPOINTS".into(), "wal::fdatasync=20*off->return".into())];
+    let mut cluster = common::Cluster::start(&common::kv_server(), dir.path(), port, &[]);
+    cluster.members[2].env = vec![("FAILPOINTS".into(), failpoint.into())];
     cluster.restart(2);
 
     let endpoint = cluster.members[0].endpoint();
@@ -54,7 +76,10 @@ async fn failed_fsync_stops_the_member() {
     };
     assert!(!status.success(), "the member stopped with {status}");
     let log = std::fs::read_to_string(dir.path().join("infra3.log")).expect("log");
-    assert!(log.contains("WAL write failed; stopping the member"), "log:\n{log}");
+    assert!(
+        log.contains(log_line) && log.contains("stopping the member"),
+        "log:\n{log}"
+    );
 
     // The other two still form a quorum and take writes.
     for i in 0..10 {

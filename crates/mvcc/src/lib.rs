@@ -19,6 +19,8 @@
 //! - [`hash`]: HashKV's hash, byte for byte as etcd computes it.
 //! - [`block`]: stored revisions, many to a sled value: the layout.
 //! - [`records`]: finding, visiting, writing and dropping stored revisions.
+//! - [`value_files`]: the blocks' bytes, in files beside sled, which
+//!   holds pointers to them; their durability and reclaiming.
 //! - [`store`]: the sled implementation: open, apply, read, compact, hash.
 //! - [`import`]: a snapshot dump written from another store's history
 //!   (how etcd's own backups are restored).
@@ -95,6 +97,7 @@ pub mod revision;
 pub mod store;
 pub mod txn;
 pub mod validate;
+pub mod value_files;
 pub mod writes;
 
 pub use error::{Code, Error, Result};

@@ -1,6 +1,7 @@
-//! The stored revisions, kept in blocks in sled (`block.rs`): finding one,
-//! visiting them in order, writing an apply batch's, and dropping the ones
-//! a compaction no longer needs.
+//! The stored revisions, kept in blocks (`block.rs`) that sled names and
+//! value files hold (`value_files.rs`): finding one, visiting them in
+//! order, writing an apply batch's, dropping the ones a compaction no
+//! longer needs, and moving blocks out of files being reclaimed.
 //!
 //! Inside an apply batch, nothing reaches sled until the batch is applied
 //! whole. Blocks a compaction rewrote in the batch wait in an [`Overlay`];
@@ -15,6 +16,7 @@ use crate::block::{self, Block, Record, BLOCK_SPACE};
 use crate::error::{Error, Result};
 use crate::key_value::KeyValue;
 use crate::revision::Revision;
+use crate::value_files::{Pointer, ValueFiles};
 use crate::writes::Writes;
 
 /// Blocks rewritten (`Some`) or deleted (`None`) in the open apply batch,
@@ -36,7 +38,12 @@ pub fn decode(value: &[u8]) -> Result<KeyValue> {
 
 /// The block that would hold `revision`: the last one starting at or
 /// before it, looking through `overlay`. Its key and bytes.
-fn containing(db: &sled::Db, overlay: &Overlay, revision: Revision) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+fn containing(
+    db: &sled::Db,
+    values: &ValueFiles,
+    overlay: &Overlay,
+    revision: Revision,
+) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
     let key = block::key(revision);
     let rewritten = overlay
         .range(..=key.clone())
@@ -46,24 +53,30 @@ fn containing(db: &sled::Db, overlay: &Overlay, revision: Revision) -> Result<Op
     for item in db.range(vec![BLOCK_SPACE]..=key).rev() {
         let (key, bytes) = item?;
         if !overlay.contains_key(key.as_ref()) {
-            stored = Some((key.to_vec(), bytes.to_vec()));
+            stored = Some((key.to_vec(), bytes));
             break;
         }
     }
-    Ok(match (rewritten, stored) {
-        (Some(a), Some(b)) => Some(if a.0 > b.0 { a } else { b }),
-        (a, b) => a.or(b),
-    })
+    let stored_is_later = match (&rewritten, &stored) {
+        (Some(a), Some(b)) => b.0 > a.0,
+        (None, _) => true,
+        (Some(_), None) => false,
+    };
+    match stored {
+        Some((key, bytes)) if stored_is_later => Ok(Some((key, values.resolve(&bytes)?.into_owned()))),
+        _ => Ok(rewritten),
+    }
 }
 
 /// The stored key-value at `revision` (reads outside an apply batch, or
 /// of revisions alive through it).
-pub fn load(db: &sled::Db, revision: Revision) -> Result<KeyValue> {
+pub fn load(db: &sled::Db, values: &ValueFiles, revision: Revision) -> Result<KeyValue> {
     let found = db
         .range(vec![BLOCK_SPACE]..=block::key(revision))
         .next_back()
         .transpose()?;
-    let (_, bytes) = found.ok_or_else(|| corrupt("indexed revision missing"))?;
+    let (_, stored) = found.ok_or_else(|| corrupt("indexed revision missing"))?;
+    let bytes = values.resolve(&stored)?;
     let record = parse(&bytes)?
         .find(revision)
         .ok_or_else(|| corrupt("indexed revision missing"))?;
@@ -71,10 +84,10 @@ pub fn load(db: &sled::Db, revision: Revision) -> Result<KeyValue> {
 }
 
 /// Blocks a [`load_sorted`] pass steps over without finding a revision it
-/// wants before it seeks instead: a seek costs about what a lookup by
-/// [`load`] does, a step a fraction of it, so a few misses in a row mean
-/// the wanted revisions are sparse there.
-const MISSES_BEFORE_SEEK: usize = 4;
+/// wants before it seeks instead: a seek costs a descent of sled's tree,
+/// a step over a block it does not read one small pointer, so a run of
+/// misses means the wanted revisions are sparse there.
+const MISSES_BEFORE_SEEK: usize = 16;
 
 /// The stored key-values at `revisions`, which are sorted and distinct,
 /// each passed to `found` with its position. One pass forward over the
@@ -83,7 +96,12 @@ const MISSES_BEFORE_SEEK: usize = 4;
 /// keys written together reads each block once instead of once per key.
 /// Reads outside an apply batch, or revisions alive through it, as
 /// [`load`].
-pub fn load_sorted(db: &sled::Db, revisions: &[Revision], mut found: impl FnMut(usize, KeyValue)) -> Result<()> {
+pub fn load_sorted(
+    db: &sled::Db,
+    values: &ValueFiles,
+    revisions: &[Revision],
+    mut found: impl FnMut(usize, KeyValue),
+) -> Result<()> {
     debug_assert!(revisions.windows(2).all(|pair| pair[0] < pair[1]));
     let Some(&last) = revisions.last() else {
         return Ok(());
@@ -101,20 +119,24 @@ pub fn load_sorted(db: &sled::Db, revisions: &[Revision], mut found: impl FnMut(
         let mut blocks = db.range(start.to_vec()..=upper.clone());
         let mut current = blocks.next().transpose()?;
         let mut misses = 0;
-        while let Some((_, bytes)) = current.take() {
+        while let Some((_, stored)) = current.take() {
             let next = blocks.next().transpose()?;
             let next_first = match &next {
                 Some((key, _)) => Some(block::first_of(key).ok_or_else(|| corrupt("block key"))?),
                 None => None,
             };
-            let block = parse(&bytes)?;
             let before = at;
-            while at < revisions.len() && next_first.is_none_or(|first| revisions[at] < first) {
-                let record = block
-                    .find(revisions[at])
-                    .ok_or_else(|| corrupt("indexed revision missing"))?;
-                found(at, decode(record.value)?);
-                at += 1;
+            // Only a block holding a wanted revision is read.
+            if next_first.is_none_or(|first| revisions[at] < first) {
+                let bytes = values.resolve(&stored)?;
+                let block = parse(&bytes)?;
+                while at < revisions.len() && next_first.is_none_or(|first| revisions[at] < first) {
+                    let record = block
+                        .find(revisions[at])
+                        .ok_or_else(|| corrupt("indexed revision missing"))?;
+                    found(at, decode(record.value)?);
+                    at += 1;
+                }
             }
             misses = if at == before { misses + 1 } else { 0 };
             if at == revisions.len() || misses > MISSES_BEFORE_SEEK {
@@ -134,8 +156,14 @@ pub fn load_sorted(db: &sled::Db, revisions: &[Revision], mut found: impl FnMut(
 /// rewrote replaces sled's, one it deleted is skipped, one it added is
 /// met in its place. Lazy, one block at a time, so a walk over the whole
 /// store holds one block, not the store.
-fn blocks<'a>(db: &sled::Db, overlay: &'a Overlay, from: Revision, to_main: i64) -> Result<Blocks<'a>> {
-    let start = match containing(db, overlay, from)? {
+fn blocks<'a>(
+    db: &sled::Db,
+    values: &ValueFiles,
+    overlay: &'a Overlay,
+    from: Revision,
+    to_main: i64,
+) -> Result<Blocks<'a>> {
+    let start = match containing(db, values, overlay, from)? {
         Some((key, _)) => key,
         None => block::key(from),
     };
@@ -146,7 +174,8 @@ fn blocks<'a>(db: &sled::Db, overlay: &'a Overlay, from: Revision, to_main: i64)
     })
 }
 
-/// See [`blocks`].
+/// See [`blocks`]. Yields blocks as sled stores them: pointers, unless
+/// the overlay rewrote them.
 struct Blocks<'a> {
     stored: std::iter::Peekable<sled::Iter>,
     rewritten: std::iter::Peekable<std::collections::btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>>,
@@ -198,6 +227,7 @@ impl Iterator for Blocks<'_> {
 /// compactions, the kept ones lie far apart).
 pub fn each(
     db: &sled::Db,
+    values: &ValueFiles,
     overlay: &Overlay,
     from: Revision,
     to_main: i64,
@@ -206,8 +236,9 @@ pub fn each(
     if to_main < from.main {
         return Ok(ControlFlow::Continue(()));
     }
-    for bytes in blocks(db, overlay, from, to_main)? {
-        let bytes = bytes?;
+    for stored in blocks(db, values, overlay, from, to_main)? {
+        let stored = stored?;
+        let bytes = values.resolve(&stored)?;
         for record in parse(&bytes)?.records() {
             if record.revision >= from
                 && record.revision.main <= to_main
@@ -223,12 +254,17 @@ pub fn each(
 /// Rewrites, into `overlay`, every block holding one of `revisions`
 /// without them (deleting a block left empty). Every revision must be
 /// stored.
-pub fn drop_revisions(db: &sled::Db, overlay: &mut Overlay, mut revisions: Vec<Revision>) -> Result<()> {
+pub fn drop_revisions(
+    db: &sled::Db,
+    values: &ValueFiles,
+    overlay: &mut Overlay,
+    mut revisions: Vec<Revision>,
+) -> Result<()> {
     revisions.sort_unstable();
     let mut at = 0;
     while at < revisions.len() {
         let (key, bytes) =
-            containing(db, overlay, revisions[at])?.ok_or_else(|| corrupt("compacted revision missing"))?;
+            containing(db, values, overlay, revisions[at])?.ok_or_else(|| corrupt("compacted revision missing"))?;
         let block = parse(&bytes)?;
         let last = block.records().last().map(|r| r.revision);
         let mut doomed = std::collections::HashSet::new();
@@ -257,24 +293,78 @@ pub fn drop_revisions(db: &sled::Db, overlay: &mut Overlay, mut revisions: Vec<R
 }
 
 /// Adds to `batch` the overlay's rewrites and the blocks of `records`
-/// (written in this batch, in revision order).
-pub fn write(batch: &mut Writes, overlay: Overlay, records: &[Record]) {
+/// (written in this batch, in revision order), each block appended to
+/// `values` and stored in sled as its pointer. The caller syncs `values`
+/// before sled gets `batch` (value_files.rs).
+pub fn write(batch: &mut Writes, values: &mut ValueFiles, overlay: Overlay, records: &[Record]) -> Result<()> {
     for (key, bytes) in overlay {
         match bytes {
-            Some(bytes) => batch.insert(key, bytes),
+            Some(bytes) => batch.insert(key, &values.append(&bytes)?.encode()[..]),
             None => batch.remove(key),
         }
     }
     for packed in block::pack(records) {
-        batch.insert(block::key(packed[0].revision), block::encode(packed));
+        let pointer = values.append(&block::encode(packed))?;
+        batch.insert(block::key(packed[0].revision), &pointer.encode()[..]);
     }
+    Ok(())
 }
 
-/// Every stored record, in order, for rebuilding the index.
-pub fn scan(db: &sled::Db, mut visit: impl FnMut(Revision, bool, KeyValue) -> Result<()>) -> Result<()> {
+/// Blocks (as sled keys, with their bytes) [`move_blocks`] takes into the
+/// overlay per call: about a millisecond of reads, the longest a step of
+/// reclaiming holds the store's state lock for them.
+pub const MOVE_BYTES_MAX: usize = 1 << 20;
+
+/// Puts into `overlay`, to be written anew, the blocks after sled key
+/// `after` (from the first, when `None`) whose bytes are in one of the
+/// files `from`, until about [`MOVE_BYTES_MAX`] bytes; skips blocks the
+/// overlay already rewrites. Returns the last key it looked at, or
+/// `None` once it looked at every block.
+pub fn move_blocks(
+    db: &sled::Db,
+    values: &ValueFiles,
+    overlay: &mut Overlay,
+    from: &std::collections::BTreeSet<u64>,
+    after: Option<&[u8]>,
+) -> Result<Option<Vec<u8>>> {
+    let start = match after {
+        Some(key) => std::ops::Bound::Excluded(key.to_vec()),
+        None => std::ops::Bound::Included(vec![BLOCK_SPACE]),
+    };
+    let mut moved = 0;
+    for item in db.range::<Vec<u8>, _>((start, std::ops::Bound::Excluded(vec![BLOCK_SPACE + 1]))) {
+        let (key, stored) = item?;
+        let Some(pointer) = Pointer::decode(&stored).filter(|p| from.contains(&p.file)) else {
+            continue;
+        };
+        if overlay.contains_key(key.as_ref()) {
+            continue;
+        }
+        let bytes = values.read(&pointer)?;
+        moved += bytes.len();
+        overlay.insert(key.to_vec(), Some(bytes));
+        if moved >= MOVE_BYTES_MAX {
+            return Ok(Some(key.to_vec()));
+        }
+    }
+    Ok(None)
+}
+
+/// Every stored record, in order, for rebuilding the index; counts anew
+/// the live bytes of every value file.
+pub fn scan(
+    db: &sled::Db,
+    values: &mut ValueFiles,
+    mut visit: impl FnMut(Revision, bool, KeyValue) -> Result<()>,
+) -> Result<()> {
+    values.reset_live();
     for item in db.scan_prefix([BLOCK_SPACE]) {
-        let (key, bytes) = item?;
+        let (key, stored) = item?;
         let first = block::first_of(&key).ok_or_else(|| corrupt("block key"))?;
+        if let Some(pointer) = Pointer::decode(&stored) {
+            values.count_live(&pointer, pointer.length as i64);
+        }
+        let bytes = values.resolve(&stored)?;
         let block = parse(&bytes)?;
         if block.records().next().map(|r| r.revision) != Some(first) {
             return Err(corrupt("block key does not name its first revision"));
@@ -286,12 +376,20 @@ pub fn scan(db: &sled::Db, mut visit: impl FnMut(Revision, bool, KeyValue) -> Re
     Ok(())
 }
 
-/// The stored layout's version, kept under `'m' + "format"`: 2 since
-/// revisions are stored in blocks. A store without it is version 1 (one
-/// `'k'` key per revision: `'k'`, the revision's bytes, `'t'` for a
-/// tombstone, then the stored key-value), if it holds anything.
-pub const FORMAT: u32 = 2;
-const META_FORMAT: &[u8] = b"mformat";
+/// The stored layout's version, kept under `'m' + "format"`: 3 since
+/// blocks may be in value files (value_files.rs), 2 since revisions are
+/// stored in blocks. A store without it is version 1 (one `'k'` key per
+/// revision: `'k'`, the revision's bytes, `'t'` for a tombstone, then the
+/// stored key-value), if it holds anything. Version 2 reads as version 3
+/// (its blocks are all in sled), so it is upgraded by recording 3, after
+/// which a build of version 2 refuses it rather than read pointers as
+/// blocks.
+pub const FORMAT: u32 = 3;
+/// The format a snapshot dump declares (store.rs, `Store::snapshot_to`):
+/// it holds every block itself, as a format-2 store does, so that a member
+/// of a build before value files can restore it.
+pub const FORMAT_BLOCKS_IN_SLED: u32 = 2;
+pub const META_FORMAT: &[u8] = b"mformat";
 const V1_SPACE: u8 = b'k';
 /// Revisions moved per sled batch when upgrading from version 1: enough
 /// that an upgrade is a few thousand batches for a large store, few enough
@@ -311,12 +409,15 @@ pub fn upgrade(db: &sled::Db) -> Result<()> {
                 .try_into()
                 .map(u32::from_be_bytes)
                 .map_err(|_| corrupt("format is not a u32"))?;
-            if found != FORMAT {
-                return Err(Error::Storage(format!(
-                    "the store is in format {found}; this build reads format {FORMAT}"
-                )));
+            match found {
+                FORMAT => return Ok(()),
+                FORMAT_BLOCKS_IN_SLED => {}
+                _ => {
+                    return Err(Error::Storage(format!(
+                        "the store is in format {found}; this build reads formats 1 to {FORMAT}"
+                    )))
+                }
             }
-            return Ok(());
         }
         None => loop {
             let mut records = Vec::new();
@@ -335,8 +436,11 @@ pub fn upgrade(db: &sled::Db) -> Result<()> {
             if records.is_empty() {
                 break;
             }
+            // Blocks in sled, as version 2 stored them: still read.
             let mut batch = Writes::default();
-            write(&mut batch, Overlay::new(), &records);
+            for packed in block::pack(&records) {
+                batch.insert(block::key(packed[0].revision), block::encode(packed));
+            }
             for key in moved {
                 batch.remove(key);
             }

@@ -46,6 +46,7 @@ use crate::request::{
 use crate::revision::Revision;
 use crate::txn;
 use crate::validate;
+use crate::value_files::{self, Pointer, ValueFiles, RECLAIM_LIVE_PERCENT};
 use crate::writes::Writes;
 
 /// Prefix of the space holding each lease's granted TTL.
@@ -184,6 +185,19 @@ struct State {
     /// A defragmentation under way, which every commit repeats into (see
     /// defrag.rs); a restore drops it, which aborts the defragmentation.
     copying: Option<Copying>,
+    /// The files holding the blocks sled points to (value_files.rs).
+    values: ValueFiles,
+    /// Value files being reclaimed, a step at a time (see
+    /// [`Store::reclaim_step`]).
+    reclaim: Option<Reclaim>,
+}
+
+/// Value files being reclaimed: their blocks are moved into the newest
+/// file in key order, a step at a time.
+struct Reclaim {
+    files: BTreeSet<u64>,
+    /// The last block key looked at; `None` before the first step.
+    after: Option<Vec<u8>>,
 }
 
 /// A multi-version store on sled with etcd's revision semantics.
@@ -292,7 +306,7 @@ pub(crate) fn lease_key(id: i64) -> [u8; 9] {
 /// Rebuilds the in-memory index from every stored revision, and the lease
 /// table from the stored leases and the values naming them; reads the
 /// current and compact revisions.
-fn rebuild(db: &sled::Db) -> Result<(TreeIndex, LeaseTable, i64, i64)> {
+fn rebuild(db: &sled::Db, values: &mut ValueFiles) -> Result<(TreeIndex, LeaseTable, i64, i64)> {
     let mut leases = LeaseTable::default();
     for item in db.scan_prefix([LEASE_SPACE]) {
         let (key, value) = item?;
@@ -305,7 +319,7 @@ fn rebuild(db: &sled::Db) -> Result<(TreeIndex, LeaseTable, i64, i64)> {
     }
     let mut index = TreeIndex::default();
     let mut highest = 0;
-    records::scan(db, |revision, tombstone, kv| {
+    records::scan(db, values, |revision, tombstone, kv| {
         if tombstone {
             index.tombstone(&kv.key, revision);
             leases.detach(&kv.key);
@@ -379,7 +393,8 @@ impl Store {
         let db = open_db(&defrag::generation_dir(path, generation))?;
         records::upgrade(&db)?;
         let consistent_index = read_i64(&db, META_CONSISTENT_INDEX)?.unwrap_or(0) as u64;
-        let state = load_state(&db, consistent_index)?;
+        let values = ValueFiles::open(&value_files::dir_of(path))?;
+        let state = load_state(&db, values, consistent_index)?;
         Ok(Store {
             path: path.to_path_buf(),
             generation: parking_lot::Mutex::new(generation),
@@ -496,6 +511,7 @@ impl Store {
         let db = self.db.read();
         visit_through(
             &db,
+            &state.values,
             &state.batch,
             Revision::new(from, 0),
             to,
@@ -688,6 +704,7 @@ impl Store {
     /// one pass over the stored revisions.
     fn compaction_hash(
         &self,
+        values: &ValueFiles,
         batch: &Batch,
         previous_compact: i64,
         at: i64,
@@ -696,6 +713,7 @@ impl Store {
         let mut hasher = Hasher::new(previous_compact, at, kept);
         visit_through(
             &self.db.read(),
+            values,
             batch,
             Revision::new(1, 0),
             at,
@@ -734,9 +752,15 @@ impl Store {
         self.check_usable()?;
         let mut state = self.state.write();
         let limit = self.compaction_batch_limit.load(Ordering::Relaxed);
+        if state.compactions.is_empty() {
+            // What is left is reclaiming the space the compaction freed.
+            let more = state.reclaim.is_some() && self.reclaim_step(&mut state)?;
+            self.compaction_queued.store(more, Ordering::Release);
+            return Ok(more);
+        }
         if let Some(mut step) = state.compactions.next_step(limit) {
             if let Step::Hash { from, to_main } = &mut step {
-                *to_main = hash_step_end(&self.db.read(), &state.batch, *from, *to_main, limit)?;
+                *to_main = hash_step_end(&self.db.read(), &state.values, &state.batch, *from, *to_main, limit)?;
             }
             self.run_step(&mut state, &step, limit)?;
             fail::fail_point!("mvcc::compaction_step", |_| std::process::abort());
@@ -752,9 +776,72 @@ impl Store {
                 }
             }
         }
-        let more = !state.compactions.is_empty();
+        if state.compactions.is_empty() && state.reclaim.is_none() {
+            // Its removals counted first: they are what leaves bytes dead.
+            commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
+            start_reclaim(&mut state, RECLAIM_LIVE_PERCENT);
+        }
+        let more = !state.compactions.is_empty() || state.reclaim.is_some();
         self.compaction_queued.store(more, Ordering::Release);
         Ok(more)
+    }
+
+    /// One step of the reclaim under way (value_files.rs): moves about
+    /// [`records::MOVE_BYTES_MAX`] of its files' blocks into the newest
+    /// file and commits; once none is left, makes sled durable and deletes
+    /// the files. Whether more remains.
+    fn reclaim_step(&self, state: &mut State) -> Result<bool> {
+        let Some(job) = state.reclaim.take() else {
+            return Ok(false);
+        };
+        let db = self.db.read();
+        // What it moves must be in sled, not in the open batch.
+        commit(&db, &self.poisoned, state, self.observer.get())?;
+        let State { values, batch, .. } = &mut *state;
+        let next = records::move_blocks(&db, values, &mut batch.overlay, &job.files, job.after.as_deref())?;
+        batch.opened.get_or_insert_with(Instant::now);
+        commit(&db, &self.poisoned, state, self.observer.get())?;
+        if let Some(after) = next {
+            state.reclaim = Some(Reclaim {
+                after: Some(after),
+                ..job
+            });
+            return Ok(true);
+        }
+        // Once sled's state is durable, no pointer it may recover names them.
+        db.flush()?;
+        for file in job.files {
+            match state.values.live(file) {
+                0 => state.values.remove(file)?,
+                live => tracing::warn!(file, live, "a reclaimed value file still holds live bytes; kept"),
+            }
+        }
+        Ok(false)
+    }
+
+    /// Reclaims every value file with any dead byte, the newest included,
+    /// a step at a time under the state lock, paced as the copy is: the
+    /// first part of a defragmentation, which leaves the value files
+    /// holding only what is live.
+    fn reclaim_all(&self) -> Result<()> {
+        {
+            let mut state = self.state.write();
+            commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
+            state.values.seal();
+            if state.reclaim.is_none() {
+                start_reclaim(&mut state, 100);
+            }
+        }
+        loop {
+            let started = Instant::now();
+            let mut state = self.state.write();
+            let more = self.reclaim_step(&mut state)?;
+            RwLockWriteGuard::unlock_fair(state);
+            if !more {
+                return Ok(());
+            }
+            std::thread::sleep(pacing::pause_after(started.elapsed(), defrag::DEFRAG_CPU_PERCENT));
+        }
     }
 
     /// Does every step of the queued compaction work.
@@ -774,9 +861,14 @@ impl Store {
                 Ok(())
             }
             Step::Hash { from, to_main } => {
-                let State { compactions, batch, .. } = state;
+                let State {
+                    compactions,
+                    batch,
+                    values,
+                    ..
+                } = state;
                 let hasher = compactions.hasher().expect("a hash step is of a hash job");
-                visit_through(&db, batch, *from, *to_main, |revision, tombstone, kv| {
+                visit_through(&db, values, batch, *from, *to_main, |revision, tombstone, kv| {
                     hasher.write(revision, tombstone, &kv);
                     Ok(())
                 })
@@ -784,7 +876,8 @@ impl Store {
             Step::Remove(revisions) => {
                 // What it removes must be in sled, not in the open batch.
                 commit(&db, &self.poisoned, state, self.observer.get())?;
-                if let Err(error) = records::drop_revisions(&db, &mut state.batch.overlay, revisions.clone()) {
+                let State { values, batch, .. } = state;
+                if let Err(error) = records::drop_revisions(&db, values, &mut batch.overlay, revisions.clone()) {
                     // The index has moved on without storage: refuse everything.
                     self.poisoned.store(true, Ordering::Release);
                     return Err(error);
@@ -829,7 +922,7 @@ impl Store {
         }
         let at = if revision == 0 { current } else { revision };
         let keep = state.index.keep(at);
-        let hash = self.compaction_hash(&state.batch, state.compact_revision, at, keep)?;
+        let hash = self.compaction_hash(&state.values, &state.batch, state.compact_revision, at, keep)?;
         Ok((hash, current))
     }
 
@@ -844,7 +937,9 @@ impl Store {
     /// Writes everything the store holds to `out`, metadata included, and
     /// returns the raft index it reflects (the consistent index). Layout: a
     /// sequence of `key length u32 BE, key, value length u32 BE, value`
-    /// for every sled key. Taken under the read lock, so it is one
+    /// for every sled key, a block's value being the block itself, never
+    /// a pointer into this member's value files, and the format declared
+    /// the one of blocks in sled ([`records::FORMAT_BLOCKS_IN_SLED`]). Taken under the read lock, so it is one
     /// consistent point; applies wait meanwhile, so `out` should be local
     /// (a file), not a network peer. The open batch goes to sled first.
     pub fn snapshot_to(&self, out: &mut impl std::io::Write) -> Result<u64> {
@@ -855,6 +950,11 @@ impl Store {
         let io = |e: std::io::Error| Error::Storage(format!("writing a snapshot: {e}"));
         for item in self.db.read().iter() {
             let (key, value) = item?;
+            let value = match pointer_of(&key, &value) {
+                Some(pointer) => state.values.read(&pointer)?.into(),
+                None if key == records::META_FORMAT => records::FORMAT_BLOCKS_IN_SLED.to_be_bytes().into(),
+                None => value,
+            };
             write_item(out, &key, &value).map_err(io)?;
         }
         Ok(state.consistent_index)
@@ -912,7 +1012,7 @@ impl Store {
             batch.remove(item?.0);
         }
         batch.insert(META_RESTORING, &[1u8][..]);
-        self.apply_restore_batch(batch)?;
+        self.apply_restore_batch(&mut state.values, batch)?;
         // Crash tests stop the process here, the store marked.
         fail::fail_point!("mvcc::restore_started", |_| std::process::abort());
         let mut batch = sled::Batch::default();
@@ -930,9 +1030,14 @@ impl Store {
                 continue;
             }
             batch_bytes += key.len() + value.len();
-            batch.insert(key, value);
+            if crate::block::first_of(&key).is_some() {
+                let pointer = state.values.append(&value)?;
+                batch.insert(key, &pointer.encode()[..]);
+            } else {
+                batch.insert(key, value);
+            }
             if batch_bytes >= RESTORE_BATCH_BYTES {
-                self.apply_restore_batch(std::mem::take(&mut batch))?;
+                self.apply_restore_batch(&mut state.values, std::mem::take(&mut batch))?;
                 batch_bytes = 0;
             }
         }
@@ -946,14 +1051,21 @@ impl Store {
         };
         batch.insert(META_CONSISTENT_INDEX, &(consistent_index as i64).to_be_bytes());
         batch.remove(META_RESTORING);
-        self.apply_restore_batch(batch)?;
+        self.apply_restore_batch(&mut state.values, batch)?;
         // A snapshot from a member of an older format is upgraded here.
         records::upgrade(&self.db.read())?;
         // sled's flush, not `Store::flush`: this holds the state lock, and
         // there is no open batch to commit.
         self.db.read().flush()?;
         // Remembered compaction hashes describe the replaced history.
-        *state = load_state(&self.db.read(), consistent_index)?;
+        let values = std::mem::replace(&mut state.values, ValueFiles::closed());
+        *state = match load_state(&self.db.read(), values, consistent_index) {
+            Ok(loaded) => loaded,
+            Err(error) => {
+                self.poisoned.store(true, Ordering::Release);
+                return Err(error);
+            }
+        };
         self.compaction_queued
             .store(!state.compactions.is_empty(), Ordering::Release);
         self.alarm_kinds.store(kinds_of(&state.alarms), Ordering::Release);
@@ -961,12 +1073,14 @@ impl Store {
         Ok(())
     }
 
-    fn apply_restore_batch(&self, batch: sled::Batch) -> Result<()> {
-        if let Err(error) = self.db.read().apply_batch(batch) {
+    /// Hands sled one batch of a restore, once the blocks it points to
+    /// are synced.
+    fn apply_restore_batch(&self, values: &mut ValueFiles, batch: sled::Batch) -> Result<()> {
+        let applied = values.sync().and_then(|()| Ok(self.db.read().apply_batch(batch)?));
+        if applied.is_err() {
             self.poisoned.store(true, Ordering::Release);
-            return Err(error.into());
         }
-        Ok(())
+        applied
     }
 
     /// Whether the store holds part of a snapshot: a restore was under way
@@ -1054,6 +1168,7 @@ impl Store {
     fn copy_into(&self, dir: &Path) -> Result<()> {
         // What a compaction queued is not copied, only to be removed after.
         self.finish_compactions()?;
+        self.reclaim_all()?;
         let fresh = open_db(dir)?;
         {
             let mut state = self.state.write();
@@ -1104,9 +1219,10 @@ impl Store {
         Ok(self.state.read().stored_bytes)
     }
 
-    /// Bytes the store occupies on disk.
+    /// Bytes the store occupies on disk: sled's, and its value files'.
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.db.read().size_on_disk()?)
+        let values = self.state.read().values.size_on_disk();
+        Ok(self.db.read().size_on_disk()? + values)
     }
 
     /// Makes everything applied so far durable in sled, the open batch
@@ -1151,11 +1267,14 @@ fn leftovers(index: &mut TreeIndex, compact_revision: i64) -> Backlog {
     backlog
 }
 
-/// The in-memory state of the store `db` holds, at raft index
-/// `consistent_index`: the index rebuilt from every stored revision, and
-/// the compaction work a stop left (see [`leftovers`]).
-fn load_state(db: &sled::Db, consistent_index: u64) -> Result<State> {
-    let (mut index, leases, current_revision, compact_revision) = rebuild(db)?;
+/// The in-memory state of the store `db` and `values` hold, at raft
+/// index `consistent_index`: the index rebuilt from every stored
+/// revision, and the compaction work a stop left (see [`leftovers`]).
+/// What `db` holds must be durable: the value files it names none of
+/// are deleted.
+fn load_state(db: &sled::Db, mut values: ValueFiles, consistent_index: u64) -> Result<State> {
+    let (mut index, leases, current_revision, compact_revision) = rebuild(db, &mut values)?;
+    values.remove_unreferenced()?;
     let compactions = leftovers(&mut index, compact_revision);
     Ok(State {
         index,
@@ -1175,31 +1294,86 @@ fn load_state(db: &sled::Db, consistent_index: u64) -> Result<State> {
             None => count_stored_bytes(db)?,
         },
         copying: None,
+        values,
+        reclaim: None,
     })
 }
 
-/// Bytes of every key and value in `db`, counted by reading every item:
-/// for a store that has not recorded them (written by an older build, or
-/// just restored), once when it is loaded.
+/// Bytes an item of sled holds: its key and value, and the block bytes a
+/// pointer under a block key names.
+fn held_bytes(key: &[u8], value: &[u8]) -> usize {
+    let pointed = match key.first() {
+        Some(&crate::block::BLOCK_SPACE) => Pointer::decode(value).map_or(0, |p| p.length as usize),
+        _ => 0,
+    };
+    key.len() + value.len() + pointed
+}
+
+/// The pointer an item of sled is, if it is one.
+fn pointer_of(key: &[u8], value: &[u8]) -> Option<Pointer> {
+    (key.first() == Some(&crate::block::BLOCK_SPACE))
+        .then(|| Pointer::decode(value))
+        .flatten()
+}
+
+/// Bytes of every key and value in `db`, with the blocks its pointers
+/// name, counted by reading every item: for a store that has not
+/// recorded them (written by an older build, or just restored), once when
+/// it is loaded.
 fn count_stored_bytes(db: &sled::Db) -> Result<u64> {
     let mut bytes = 0u64;
     for item in db.iter() {
         let (key, value) = item?;
-        bytes += (key.len() + value.len()) as u64;
+        bytes += held_bytes(&key, &value) as u64;
     }
     Ok(bytes)
 }
 
-/// How many bytes sled will hold more (or fewer) once `writes` apply:
-/// each key's new size less the one it has now.
-fn stored_bytes_change(db: &sled::Db, writes: &Writes) -> Result<i64> {
-    let mut change = 0i64;
+/// What a commit's writes change in what the store holds.
+struct Change {
+    /// Bytes held more (or fewer): each key's new size less the one it
+    /// has now ([`held_bytes`]).
+    bytes: i64,
+    /// Pointers the writes replace or remove: their blocks are then dead.
+    replaced: Vec<Pointer>,
+    /// Pointers the writes add: their blocks are then live.
+    added: Vec<Pointer>,
+}
+
+/// See [`Change`].
+fn stored_bytes_change(db: &sled::Db, writes: &Writes) -> Result<Change> {
+    let mut change = Change {
+        bytes: 0,
+        replaced: Vec::new(),
+        added: Vec::new(),
+    };
     for (key, value) in writes.outcome() {
-        let old = db.get(key)?.map_or(0, |old| key.len() + old.len());
-        let new = value.map_or(0, |value| key.len() + value.len());
-        change += new as i64 - old as i64;
+        let old = match db.get(key)? {
+            Some(old) => {
+                change.replaced.extend(pointer_of(key, &old));
+                held_bytes(key, &old)
+            }
+            None => 0,
+        };
+        let new = match value {
+            Some(value) => {
+                change.added.extend(pointer_of(key, value));
+                held_bytes(key, value)
+            }
+            None => 0,
+        };
+        change.bytes += new as i64 - old as i64;
     }
     Ok(change)
+}
+
+/// Starts reclaiming the value files holding less than `percent` of their
+/// bytes live (value_files.rs), if there are any.
+fn start_reclaim(state: &mut State, percent: u64) {
+    let files: BTreeSet<u64> = state.values.reclaimable(percent).into_iter().collect();
+    if !files.is_empty() {
+        state.reclaim = Some(Reclaim { files, after: None });
+    }
 }
 
 /// The error of a defragmentation a restore abandoned.
@@ -1217,13 +1391,26 @@ fn commit(db: &sled::Db, poisoned: &AtomicBool, state: &mut State, observer: Opt
     let started = Instant::now();
     let batch = std::mem::take(&mut state.batch);
     let mut writes = batch.writes;
-    records::write(&mut writes, batch.overlay, &batch.records);
+    // The blocks go to their file, synced, before sled may hold a pointer
+    // to them (value_files.rs); a failure is fatal to the store.
+    let written = records::write(&mut writes, &mut state.values, batch.overlay, &batch.records)
+        .and_then(|()| state.values.sync());
+    if let Err(error) = written {
+        poisoned.store(true, Ordering::Release);
+        tracing::error!(%error, "the value files failed a write; the store is poisoned");
+        return Err(error);
+    }
     writes.insert(META_CURRENT_REVISION, &state.current_revision.to_be_bytes());
     writes.insert(META_COMPACT_REVISION, &state.compact_revision.to_be_bytes());
     writes.insert(META_CONSISTENT_INDEX, &(state.consistent_index as i64).to_be_bytes());
     // The record of the bytes held counts itself: its key and 8 bytes.
     writes.remove(META_STORED_BYTES);
-    let change = stored_bytes_change(db, &writes)? + (META_STORED_BYTES.len() + 8) as i64;
+    let Change {
+        bytes: change,
+        replaced,
+        added,
+    } = stored_bytes_change(db, &writes)?;
+    let change = change + (META_STORED_BYTES.len() + 8) as i64;
     let stored_bytes = (state.stored_bytes as i64 + change).max(0) as u64;
     writes.insert(META_STORED_BYTES, &(stored_bytes as i64).to_be_bytes());
     if let Some(error) = state.copying.as_ref().and_then(|copying| copying.tee(&writes).err()) {
@@ -1237,6 +1424,12 @@ fn commit(db: &sled::Db, poisoned: &AtomicBool, state: &mut State, observer: Opt
         return Err(error.into());
     }
     state.stored_bytes = stored_bytes;
+    for pointer in replaced {
+        state.values.count_live(&pointer, -(pointer.length as i64));
+    }
+    for pointer in added {
+        state.values.count_live(&pointer, pointer.length as i64);
+    }
     if let Some(observer) = observer {
         observer.committed(started.elapsed());
     }
@@ -1245,16 +1438,16 @@ fn commit(db: &sled::Db, poisoned: &AtomicBool, state: &mut State, observer: Opt
 
 /// The stored key-value at `revision`: from the open batch if it wrote
 /// it, else from sled.
-fn load_through(db: &sled::Db, batch: &Batch, revision: Revision) -> Result<KeyValue> {
+fn load_through(db: &sled::Db, values: &ValueFiles, batch: &Batch, revision: Revision) -> Result<KeyValue> {
     match batch.pending.get(&revision) {
         Some(&position) => records::decode(&batch.records[position].value),
-        None => records::load(db, revision),
+        None => records::load(db, values, revision),
     }
 }
 
 /// The stored key-values at `revisions`, in their order: those the open
 /// batch wrote from it, the rest from sled in one sorted pass.
-fn load_many(db: &sled::Db, batch: &Batch, revisions: &[Revision]) -> Result<Vec<KeyValue>> {
+fn load_many(db: &sled::Db, values: &ValueFiles, batch: &Batch, revisions: &[Revision]) -> Result<Vec<KeyValue>> {
     let mut kvs: Vec<Option<KeyValue>> = vec![None; revisions.len()];
     let mut stored = Vec::new();
     for (position, revision) in revisions.iter().enumerate() {
@@ -1265,7 +1458,7 @@ fn load_many(db: &sled::Db, batch: &Batch, revisions: &[Revision]) -> Result<Vec
     }
     stored.sort_unstable();
     let sorted: Vec<Revision> = stored.iter().map(|(revision, _)| *revision).collect();
-    records::load_sorted(db, &sorted, |at, kv| kvs[stored[at].1] = Some(kv))?;
+    records::load_sorted(db, values, &sorted, |at, kv| kvs[stored[at].1] = Some(kv))?;
     kvs.into_iter()
         .map(|kv| kv.ok_or_else(|| records::corrupt("indexed revision missing")))
         .collect()
@@ -1276,12 +1469,13 @@ fn load_many(db: &sled::Db, batch: &Batch, revisions: &[Revision]) -> Result<Vec
 /// newer than sled's), until `each` returns `Break`.
 fn each_through(
     db: &sled::Db,
+    values: &ValueFiles,
     batch: &Batch,
     from: Revision,
     to_main: i64,
     mut each: impl FnMut(Revision, bool, &[u8]) -> Result<ControlFlow<()>>,
 ) -> Result<()> {
-    if records::each(db, &batch.overlay, from, to_main, &mut each)?.is_break() {
+    if records::each(db, values, &batch.overlay, from, to_main, &mut each)?.is_break() {
         return Ok(());
     }
     for record in &batch.records {
@@ -1299,12 +1493,13 @@ fn each_through(
 /// in `from..=to_main` ([`each_through`]), in order.
 fn visit_through(
     db: &sled::Db,
+    values: &ValueFiles,
     batch: &Batch,
     from: Revision,
     to_main: i64,
     mut visit: impl FnMut(Revision, bool, KeyValue) -> Result<()>,
 ) -> Result<()> {
-    each_through(db, batch, from, to_main, |revision, tombstone, value| {
+    each_through(db, values, batch, from, to_main, |revision, tombstone, value| {
         visit(revision, tombstone, records::decode(value)?)?;
         Ok(ControlFlow::Continue(()))
     })
@@ -1315,9 +1510,16 @@ fn visit_through(
 /// step takes every sub-revision of it too), or `to_main` when fewer are
 /// stored through it. Counts what is stored ([`each_through`]), not
 /// revision numbers: after compactions the kept revisions lie far apart.
-fn hash_step_end(db: &sled::Db, batch: &Batch, from: Revision, to_main: i64, limit: usize) -> Result<i64> {
+fn hash_step_end(
+    db: &sled::Db,
+    values: &ValueFiles,
+    batch: &Batch,
+    from: Revision,
+    to_main: i64,
+    limit: usize,
+) -> Result<i64> {
     let (mut counted, mut end) = (0, to_main);
-    each_through(db, batch, from, to_main, |revision, _, _| {
+    each_through(db, values, batch, from, to_main, |revision, _, _| {
         counted += 1;
         if counted == limit {
             end = revision.main;
@@ -1336,7 +1538,7 @@ fn previous_value(db: &sled::Db, state: &State, key: &[u8], revision: i64) -> Re
         return Ok(None);
     }
     match state.index.get(key, at) {
-        Some(previous) => load_through(db, &state.batch, previous).map(Some),
+        Some(previous) => load_through(db, &state.values, &state.batch, previous).map(Some),
         None => Ok(None),
     }
 }
@@ -1434,7 +1636,7 @@ impl ReadView for StoreView<'_> {
             self.state.current_revision,
             self.state.compact_revision,
             Some(&self.state.counts),
-            |revisions| load_many(self.db, &self.state.batch, revisions),
+            |revisions| load_many(self.db, &self.state.values, &self.state.batch, revisions),
         )
     }
 
@@ -1472,7 +1674,7 @@ impl StoreTxn<'_> {
     }
 
     fn load(&self, revision: Revision) -> Result<KeyValue> {
-        load_through(self.db, self.batch, revision)
+        load_through(self.db, &self.state.values, self.batch, revision)
     }
 
     /// The key's value now, if it exists.
@@ -1515,7 +1717,7 @@ impl ReadView for StoreTxn<'_> {
             self.revision(),
             self.state.compact_revision,
             None,
-            |revisions| load_many(self.db, self.batch, revisions),
+            |revisions| load_many(self.db, &self.state.values, self.batch, revisions),
         )
     }
 
@@ -1762,7 +1964,7 @@ mod tests {
         assert_eq!(
             names
                 .iter()
-                .filter(|name| name.starts_with("kv") && *name != "kv.current")
+                .filter(|name| name.starts_with("kv") && *name != "kv.current" && *name != "kv.values")
                 .count(),
             1,
             "{names:?}"
@@ -1888,6 +2090,129 @@ mod tests {
         apply(&other, &[put_in_round(1, 9)]);
         let (kept, walked) = counted(&other);
         assert_eq!(kept, walked, "after a commit following the restore");
+    }
+
+    /// The value files of the store at `path`, by number.
+    fn value_file_numbers(path: &Path) -> Vec<u64> {
+        let mut numbers: Vec<u64> = std::fs::read_dir(value_files::dir_of(path))
+            .unwrap()
+            .filter_map(|entry| {
+                let name = entry.unwrap().file_name().into_string().unwrap();
+                name.strip_suffix(".values")?.parse().ok()
+            })
+            .collect();
+        numbers.sort_unstable();
+        numbers
+    }
+
+    fn everything(store: &Store) -> Vec<KeyValue> {
+        let all = RangeRequest {
+            key: vec![0],
+            range_end: vec![0],
+            ..RangeRequest::default()
+        };
+        store.range(&all).unwrap().kvs
+    }
+
+    // Goal: a value file a compaction left mostly dead is reclaimed: its
+    // live blocks move to the newest file and it is deleted, with every
+    // value still read, counted and kept across a reopen; a file left
+    // wholly dead goes too.
+    // Method: each open starts a new file, so reopening between rounds
+    // puts each round in its own file. 1 KiB values make 4 to a block:
+    // round 0 puts 300 keys, round 1 overwrites 200 of them. A compaction
+    // leaves round 0's file a third live (its last 25 blocks).
+    #[test]
+    fn value_files_a_compaction_emptied_are_reclaimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kv");
+        let put = |key: usize, round: usize| {
+            WriteRequest::Put(PutRequest {
+                key: format!("k{key:04}").into_bytes(),
+                value: vec![b'a' + round as u8; 1000],
+                ..PutRequest::default()
+            })
+        };
+        let store = Store::open(&path).unwrap();
+        drop(
+            store
+                .apply(1, &(0..300).map(|key| put(key, 0)).collect::<Vec<_>>())
+                .unwrap(),
+        );
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        drop(
+            store
+                .apply(2, &(0..200).map(|key| put(key, 1)).collect::<Vec<_>>())
+                .unwrap(),
+        );
+        store.flush().unwrap();
+        let before = value_file_numbers(&path);
+        assert_eq!(before.len(), 2, "one file a round: {before:?}");
+        let expected = everything(&store);
+        let at = store.current_revision();
+        drop(
+            store
+                .apply(3, &[WriteRequest::Compaction(CompactionRequest { revision: at })])
+                .unwrap(),
+        );
+        store.finish_compactions().unwrap();
+        let after = value_file_numbers(&path);
+        assert!(!after.contains(&before[0]), "round 0's file is reclaimed: {after:?}");
+        assert!(after.contains(&before[1]), "round 1's file is all live: {after:?}");
+        assert_eq!(everything(&store), expected);
+        store.flush().unwrap();
+        assert_eq!(
+            store.live_bytes().unwrap(),
+            count_stored_bytes(&store.db.read()).unwrap()
+        );
+        let files_bytes = store.state.read().values.size_on_disk();
+        assert!(
+            files_bytes <= 300 * 1100,
+            "the files hold about the live values: {files_bytes} bytes"
+        );
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(everything(&store), expected);
+
+        // Everything overwritten and compacted: both files are dead.
+        drop(
+            store
+                .apply(4, &(0..300).map(|key| put(key, 2)).collect::<Vec<_>>())
+                .unwrap(),
+        );
+        let at = store.current_revision();
+        drop(
+            store
+                .apply(5, &[WriteRequest::Compaction(CompactionRequest { revision: at })])
+                .unwrap(),
+        );
+        store.finish_compactions().unwrap();
+        let last = value_file_numbers(&path);
+        assert!(last.iter().all(|n| !after.contains(n)), "{after:?} then {last:?}");
+        assert_eq!(everything(&store).len(), 300);
+    }
+
+    // Goal: a flipped bit in a value file is reported when the store
+    // opens, not served.
+    #[test]
+    fn a_flipped_bit_in_a_value_file_fails_the_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kv");
+        let store = Store::open(&path).unwrap();
+        drop(
+            store
+                .apply(1, &(0..50).map(|key| put_in_round(key, 0)).collect::<Vec<_>>())
+                .unwrap(),
+        );
+        drop(store);
+        let file = value_files::dir_of(&path).join(format!("{:020}.values", value_file_numbers(&path)[0]));
+        let mut bytes = std::fs::read(&file).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x01;
+        std::fs::write(&file, bytes).unwrap();
+        let error = Store::open(&path).err().expect("the open fails").to_string();
+        assert!(error.contains("checksum"), "{error}");
     }
 
     /// Key `key`'s put in writing round `round`: the compaction tests'
