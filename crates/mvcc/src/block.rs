@@ -1,4 +1,5 @@
-//! Blocks: the stored revisions, many to a sled value.
+//! Blocks: the stored revisions, many to a sled key (whose value points
+//! to the block's bytes in a value file: value_files.rs).
 //!
 //! sled costs about the same per key inserted whatever the value's size
 //! (each insert copies the leaf it lands in), so storing one key per

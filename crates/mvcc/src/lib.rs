@@ -44,12 +44,15 @@
 //!
 //! ```text
 //! 'b' + first revision (main u64 BE, sub u64 BE)
-//!       -> a block of stored revisions (see block.rs)
+//!       -> a pointer to a block of stored revisions in a value file
+//!          (value_files.rs), or, in a store written before those, the
+//!          block itself (block.rs)
 //! 'm' + "format"            -> the layout's version, u32 BE (records.rs)
 //! 'm' + "consistent_index"  -> raft index of the last applied batch, i64 BE
 //! 'm' + "current_revision"  -> the newest revision, i64 BE
 //! 'm' + "compact_revision"  -> revisions below this are gone, i64 BE
-//! 'm' + "stored_bytes"      -> bytes of every key and value held, i64 BE
+//! 'm' + "stored_bytes"      -> bytes of every key and value held, the
+//!                              blocks pointers name included, i64 BE
 //! 'l' + lease id, i64 BE    -> granted TTL in seconds, i64 BE
 //! ```
 //!
@@ -59,7 +62,8 @@
 //! the blocks it touches without what it drops from the index. Each apply
 //! batch's revisions go into blocks of up to 4 KiB, because sled costs
 //! about the same per key inserted whatever the value's size (see
-//! block.rs).
+//! block.rs). The blocks' bytes are in value files beside sled, so that
+//! sled's cache holds pointers, not the store (value_files.rs).
 //!
 //! # Durability
 //! The WAL, not this store, is the durable record. [`Store::apply`] applies
@@ -68,7 +72,9 @@
 //! the raft index it reaches, once it holds [`OPEN_BATCH_REVISIONS_MAX`]
 //! revisions or [`OPEN_BATCH_BYTES_MAX`] bytes, or is
 //! [`OPEN_BATCH_AGE_MAX`] old (etcd's backend batches its commits the
-//! same way). Nothing is flushed then. sled flushes in the background
+//! same way). The batch's blocks are appended to a value file and synced
+//! first, so sled never holds a pointer to bytes not on disk; sled itself
+//! is not flushed then. sled flushes in the background
 //! (every 500 ms by default); after a crash it recovers a prefix of the
 //! batches it was given, and the server replays the WAL after
 //! [`Store::consistent_index`]. [`Store::flush`] makes everything durable,

@@ -80,6 +80,10 @@ impl Outbox for ChannelOutbox {
 
 struct TestMember {
     id: u64,
+    /// The apply stage's thread, which ends once the raft loop has (its
+    /// queue's sender goes with the loop): joined on drop, so that no
+    /// store of a finished test writes into its removed directory.
+    stage: Option<std::thread::JoinHandle<()>>,
     _dir: tempfile::TempDir,
     input: SyncSender<NodeInput>,
     status: Arc<RaftStatus>,
@@ -166,16 +170,30 @@ fn start(id: u64, network: &Network) -> TestMember {
         node: input.clone(),
         compaction_sleep: crate::apply::stage::COMPACTION_SLEEP_INTERVAL_DEFAULT,
     };
-    std::thread::spawn(move || stage.run(applies));
+    let stage = std::thread::spawn(move || stage.run(applies));
     std::thread::spawn(move || node.run(inputs));
     TestMember {
         id,
+        stage: Some(stage),
         _dir: temporary,
         input,
         status,
         waiters,
         store,
         auth,
+    }
+}
+
+impl Drop for TestMember {
+    /// Stops the raft loop, then waits for the apply stage to end, before
+    /// the data directory is removed.
+    fn drop(&mut self) {
+        let (done, _stopped) = tokio::sync::oneshot::channel();
+        if self.input.send(NodeInput::Stop(done)).is_ok() {
+            if let Some(stage) = self.stage.take() {
+                stage.join().expect("the apply stage ended cleanly");
+            }
+        }
     }
 }
 
