@@ -40,7 +40,9 @@
 #             time, dbSize before and after
 #   scripts/scale-etcd.sh [KEYS]     (default 1000000)
 # SCALE_SERVERS picks the servers and their order (default "etcd etcd-3.7
-# kv-server"). Needs etcd's tools (scripts/etcd-peers.sh) and go; builds
+# kv-server"); SCALE_ROWS=reads stops after the restart, and
+# SCALE_ROWS=maintenance skips from the range to the restart (default
+# all rows). Needs etcd's tools (scripts/etcd-peers.sh) and go; builds
 # kv-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,7 +85,7 @@ read_row() {  # name row pid port mode
 }
 
 measure() {  # name binary
-    local name=$1 binary=$2 dir="$work/$1" before after started ticks_before report member port pid
+    local name=$1 binary=$2 dir="$work/$1" before after started ticks_before report
     # Room for the rewrite's 1 KiB values beside the first fill's.
     scripts/local-cluster.sh start "$binary" "$dir" --quota-backend-bytes=8589934592
     before=$(max_rss_kb "$dir")
@@ -98,6 +100,18 @@ measure() {  # name binary
     after=$(max_rss_kb "$dir")
     printf '%-10s rss       %d MB before, %d MB after, %.0f bytes per key\n' "$name" \
         $((before / 1024)) $((after / 1024)) "$(echo "($after - $before) * 1024 / $keys" | bc -l)"
+    if [ "${SCALE_ROWS:-all}" != maintenance ]; then
+        read_rows "$name" "$binary" "$dir"
+    fi
+    if [ "${SCALE_ROWS:-all}" != reads ]; then
+        maintenance_rows "$name" "$dir"
+    fi
+    scripts/local-cluster.sh stop "$dir"
+}
+
+# The reads from a follower, then its restart.
+read_rows() {  # name binary dir
+    local name=$1 binary=$2 dir=$3 member port pid started
     member=$(follower)
     port=$([ "$member" = 2 ] && echo 22379 || echo 32379)
     pid=$(sed -n "${member}p" "$dir/pids")
@@ -123,8 +137,6 @@ measure() {  # name binary
         sleep 0.02
     done
     printf '%-10s restart   serving after %.2f s (%s)\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)" "$served"
-    maintenance_rows "$name" "$dir"
-    scripts/local-cluster.sh stop "$dir"
 }
 
 # The leader's client endpoint.
