@@ -55,9 +55,11 @@ pub const COMPACTION_BATCH_LIMIT_MAX: usize = 100_000;
 /// the time, and never less than etcd's sleep interval between batches
 /// (`--experimental-compaction-sleep-interval`). Every member compacts at
 /// once, so on a loaded cluster the steps compete with the applies and
-/// the clients; steps 10 ms apart, unpaced, raised put p99 1.3–1.5 times
-/// (docs/benchmarks.md).
-pub const COMPACTION_CPU_PERCENT: u32 = 20;
+/// the clients, whose latency rises with the CPU the steps take: steps
+/// 10 ms apart, unpaced, raised put p99 1.3–1.5 times; held to a fifth
+/// of a core, 1.2–1.4 times at 300,000 keys (docs/benchmarks.md,
+/// 2026-11-25). A tenth makes a compaction about half as fast again.
+pub const COMPACTION_CPU_PERCENT: u32 = 10;
 
 /// One queued part of a compaction.
 pub enum Job {

@@ -1,8 +1,12 @@
-//! Defragmenting while the store keeps serving: the store is copied into
-//! a fresh sled database, which holds only what is live, and the store
-//! switches to it. sled never gives back the space of what was deleted or
-//! compacted away; this is how it is won back, as etcd's Defragment
-//! rewrites its bbolt file, but without stopping the world as etcd does.
+//! Defragmenting while the store keeps serving. First the value files
+//! holding dead blocks are reclaimed (value_files.rs), a step at a time;
+//! they hold nearly all the store's bytes. Then, only if sled's files
+//! hold several times its items (its pointers and metadata,
+//! [`DEFRAG_SLED_BLOAT_RATIO`]), sled is copied into a fresh database,
+//! which holds only what is live, and the store switches to it. sled
+//! never gives back the space of what was deleted or compacted away;
+//! this is how it is won back, as etcd's Defragment rewrites its bbolt
+//! file, but without stopping the world as etcd does.
 //!
 //! # The copy
 //! The copy walks the key space in order, one chunk of at most
@@ -51,12 +55,29 @@ use crate::writes::Writes;
 /// descent each and give the waiting appliers no more.
 pub const DEFRAG_CHUNK_BYTES: usize = 256 << 10;
 
-/// The share of a core, in percent, the copy may take: after each chunk
-/// it pauses so long that its chunks take at most this share of the time.
-/// A copy at full speed took CPU from the member's applies and clients
-/// on a loaded 2-core machine (put p99 2.3 times the quiet one); at half
-/// a core a defragmentation takes about twice as long.
-pub const DEFRAG_CPU_PERCENT: u32 = 50;
+/// How many times its items' bytes sled's files may hold before a
+/// defragmentation copies it. sled holds the blocks' pointers, not the
+/// store (value_files.rs): a fresh copy's files were 1.8 times its items'
+/// bytes, and grew to about 3 times under writes (2026-11-25, 300,000
+/// keys); above 4 they hold mostly what deletes and compactions left
+/// dead. A copy costs a sled insert per item (about 3 s for 300,000
+/// keys' pointers), so it is made only when it gives space back.
+pub const DEFRAG_SLED_BLOAT_RATIO: u64 = 4;
+
+/// Bytes sled's files may hold beyond [`DEFRAG_SLED_BLOAT_RATIO`] times
+/// its items' before a defragmentation copies it: a small store's sled is
+/// a few MB whatever it holds, and copying it would give back nothing an
+/// operator would notice.
+pub const DEFRAG_SLED_SLACK_BYTES: u64 = 16 << 20;
+
+/// The share of a core, in percent, a defragmentation's steps (the
+/// reclaim's and the copy's) may take: after each it pauses so long that
+/// they take at most this share of the time. A copy at full speed took
+/// CPU from the member's applies and clients on a loaded 2-core machine
+/// (put p99 2.3 times the quiet one), and at half a core still 1.2 to
+/// 1.8 times at 300,000 keys (2026-11-25); a quarter of a core makes a
+/// defragmentation about twice as long as at half.
+pub const DEFRAG_CPU_PERCENT: u32 = 25;
 
 /// How far the copy has come.
 pub enum Cursor {

@@ -213,14 +213,9 @@ impl TreeIndex {
         into: &mut Compacted,
     ) -> Option<Box<[u8]>> {
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let keys: Vec<Box<[u8]>> = self
-            .keys
-            .range::<[u8], _>((lower, Bound::Unbounded))
-            .take(limit)
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in &keys {
-            let history = self.keys.get_mut(key).expect("a key just listed");
+        let (mut visited, mut last, mut emptied) = (0, None, Vec::new());
+        for (key, history) in self.keys.range_mut::<[u8], _>((lower, Bound::Unbounded)).take(limit) {
+            visited += 1;
             let kept = history.kept_at(at).map(Slot::revision);
             into.removable.extend(
                 history
@@ -231,15 +226,17 @@ impl TreeIndex {
             );
             into.kept.extend(history.compact(at));
             if history.is_empty() {
-                self.keys.remove(key);
+                emptied.push(key.clone());
             } else {
                 history.shrink_to_fit();
             }
+            last = Some(key);
         }
-        match keys.len() < limit {
-            true => None,
-            false => keys.into_iter().last(),
+        let last = (visited == limit).then(|| last.cloned()).flatten();
+        for key in emptied {
+            self.keys.remove(&key);
         }
+        last
     }
 
     /// The revisions a compaction at `at` would keep from at or below

@@ -58,6 +58,38 @@ impl KeyValue {
 
     /// Decodes a stored value; `None` if the bytes are not one.
     pub fn decode(bytes: &[u8]) -> Option<KeyValue> {
+        StoredKeyValue::parse(bytes).map(|stored| stored.to_key_value())
+    }
+
+    /// This key-value as a stored one reads: borrowed, not copied.
+    pub fn as_stored(&self) -> StoredKeyValue<'_> {
+        StoredKeyValue {
+            key: &self.key,
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+            version: self.version,
+            value: &self.value,
+            lease: self.lease,
+        }
+    }
+}
+
+/// A stored value read in place: a [`KeyValue`] whose key and value are
+/// the stored bytes', for work that reads each once (a hash) and need
+/// not copy them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredKeyValue<'a> {
+    pub key: &'a [u8],
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub version: i64,
+    pub value: &'a [u8],
+    pub lease: i64,
+}
+
+impl<'a> StoredKeyValue<'a> {
+    /// Reads a stored value; `None` if the bytes are not one.
+    pub fn parse(bytes: &'a [u8]) -> Option<StoredKeyValue<'a>> {
         let fixed = bytes.get(..FIXED_BYTES)?;
         let i64_at = |at: usize| i64::from_be_bytes(fixed[at..at + 8].try_into().expect("8 bytes"));
         let key_bytes = u32::from_be_bytes(fixed[32..36].try_into().expect("4 bytes")) as usize;
@@ -65,14 +97,25 @@ impl KeyValue {
         if rest.len() < key_bytes {
             return None;
         }
-        Some(KeyValue {
+        Some(StoredKeyValue {
             create_revision: i64_at(0),
             mod_revision: i64_at(8),
             version: i64_at(16),
             lease: i64_at(24),
-            key: rest[..key_bytes].to_vec(),
-            value: rest[key_bytes..].to_vec(),
+            key: &rest[..key_bytes],
+            value: &rest[key_bytes..],
         })
+    }
+
+    pub fn to_key_value(&self) -> KeyValue {
+        KeyValue {
+            key: self.key.to_vec(),
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+            version: self.version,
+            value: self.value.to_vec(),
+            lease: self.lease,
+        }
     }
 }
 

@@ -115,6 +115,6 @@ pub use observer::Observer;
 pub use request::*;
 pub use revision::Revision;
 pub use store::{
-    Store, ALARM_NOSPACE, EMPTY_STORE_REVISION, NEVER_COMPACTED, OPEN_BATCH_AGE_MAX, OPEN_BATCH_BYTES_MAX,
+    SledCopy, Store, ALARM_NOSPACE, EMPTY_STORE_REVISION, NEVER_COMPACTED, OPEN_BATCH_AGE_MAX, OPEN_BATCH_BYTES_MAX,
     OPEN_BATCH_REVISIONS_MAX,
 };

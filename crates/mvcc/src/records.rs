@@ -14,7 +14,7 @@ use std::ops::ControlFlow;
 
 use crate::block::{self, Block, Record, BLOCK_SPACE};
 use crate::error::{Error, Result};
-use crate::key_value::KeyValue;
+use crate::key_value::{KeyValue, StoredKeyValue};
 use crate::revision::Revision;
 use crate::value_files::{Pointer, ValueFiles};
 use crate::writes::Writes;
@@ -34,6 +34,11 @@ fn parse(bytes: &[u8]) -> Result<Block<'_>> {
 /// Decodes a stored key-value (a record's bytes, in sled or the open batch).
 pub fn decode(value: &[u8]) -> Result<KeyValue> {
     KeyValue::decode(value).ok_or_else(|| corrupt("stored value does not decode"))
+}
+
+/// Reads a stored key-value in place (see [`decode`]).
+pub fn read_stored(value: &[u8]) -> Result<StoredKeyValue<'_>> {
+    StoredKeyValue::parse(value).ok_or_else(|| corrupt("stored value does not decode"))
 }
 
 /// The block that would hold `revision`: the last one starting at or

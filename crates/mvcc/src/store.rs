@@ -240,6 +240,16 @@ pub struct Store {
     compaction_batch_limit: AtomicUsize,
 }
 
+/// When a defragmentation copies sled (see defrag.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SledCopy {
+    /// Only when its files hold several times its items
+    /// ([`defrag::DEFRAG_SLED_BLOAT_RATIO`]): what etcd's Defragment does.
+    WhenBloated,
+    /// Every time (tests of the copy).
+    Always,
+}
+
 /// Whom a restore is for.
 enum RestoreFor {
     /// A member catching up: the leader's snapshot at this raft index.
@@ -711,15 +721,18 @@ impl Store {
         kept: HashSet<Revision>,
     ) -> Result<KeyValueHash> {
         let mut hasher = Hasher::new(previous_compact, at, kept);
-        visit_through(
-            &self.db.read(),
+        let db = self.db.read();
+        each_through(
+            &db,
             values,
             batch,
             Revision::new(1, 0),
             at,
-            |revision, tombstone, kv| {
-                hasher.write(revision, tombstone, &kv);
-                Ok(())
+            |revision, tombstone, value| {
+                if hasher.wants(revision, tombstone) {
+                    hasher.write(revision, tombstone, &records::read_stored(value)?);
+                }
+                Ok(ControlFlow::Continue(()))
             },
         )?;
         Ok(hasher.finish())
@@ -759,10 +772,7 @@ impl Store {
             return Ok(more);
         }
         if let Some(mut step) = state.compactions.next_step(limit) {
-            if let Step::Hash { from, to_main } = &mut step {
-                *to_main = hash_step_end(&self.db.read(), &state.values, &state.batch, *from, *to_main, limit)?;
-            }
-            self.run_step(&mut state, &step, limit)?;
+            self.run_step(&mut state, &mut step, limit)?;
             fail::fail_point!("mvcc::compaction_step", |_| std::process::abort());
             // An index step records its own progress (`run_step`).
             let finished = match step {
@@ -795,8 +805,9 @@ impl Store {
             return Ok(false);
         };
         let db = self.db.read();
-        // What it moves must be in sled, not in the open batch.
-        commit(&db, &self.poisoned, state, self.observer.get())?;
+        // The open batch's own blocks go to the newest file, never to one
+        // being reclaimed, and blocks its overlay rewrites are skipped:
+        // what is moved is sled's, with no commit first.
         let State { values, batch, .. } = &mut *state;
         let next = records::move_blocks(&db, values, &mut batch.overlay, &job.files, job.after.as_deref())?;
         batch.opened.get_or_insert_with(Instant::now);
@@ -819,17 +830,18 @@ impl Store {
         Ok(false)
     }
 
-    /// Reclaims every value file with any dead byte, the newest included,
-    /// a step at a time under the state lock, paced as the copy is: the
-    /// first part of a defragmentation, which leaves the value files
-    /// holding only what is live.
+    /// Reclaims every value file under
+    /// [`value_files::DEFRAG_RECLAIM_LIVE_PERCENT`] live, the newest
+    /// included, a step at a time under the state lock, paced as the copy
+    /// is: the first part of a defragmentation, which leaves the value
+    /// files holding little but what is live.
     fn reclaim_all(&self) -> Result<()> {
         {
             let mut state = self.state.write();
             commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
             state.values.seal();
             if state.reclaim.is_none() {
-                start_reclaim(&mut state, 100);
+                start_reclaim(&mut state, value_files::DEFRAG_RECLAIM_LIVE_PERCENT);
             }
         }
         loop {
@@ -850,7 +862,8 @@ impl Store {
         Ok(())
     }
 
-    fn run_step(&self, state: &mut State, step: &Step, limit: usize) -> Result<()> {
+    /// Does `step`; a hash step's `to_main` becomes where it ended.
+    fn run_step(&self, state: &mut State, step: &mut Step, limit: usize) -> Result<()> {
         let db = self.db.read();
         match step {
             Step::Index { at, after } => {
@@ -868,14 +881,22 @@ impl Store {
                     ..
                 } = state;
                 let hasher = compactions.hasher().expect("a hash step is of a hash job");
-                visit_through(&db, values, batch, *from, *to_main, |revision, tombstone, kv| {
-                    hasher.write(revision, tombstone, &kv);
-                    Ok(())
-                })
+                *to_main = hash_step(&db, values, batch, *from, *to_main, limit, hasher)?;
+                Ok(())
             }
             Step::Remove(revisions) => {
-                // What it removes must be in sled, not in the open batch.
-                commit(&db, &self.poisoned, state, self.observer.get())?;
+                // What it removes must be in sled, not in the open batch,
+                // whose records are all newer than sled's: a commit (and
+                // its sync) only when the batch holds one of them.
+                let last = revisions.last().copied();
+                if state
+                    .batch
+                    .records
+                    .first()
+                    .is_some_and(|first| Some(first.revision) <= last)
+                {
+                    commit(&db, &self.poisoned, state, self.observer.get())?;
+                }
                 let State { values, batch, .. } = state;
                 if let Err(error) = records::drop_revisions(&db, values, &mut batch.overlay, revisions.clone()) {
                     // The index has moved on without storage: refuse everything.
@@ -883,6 +904,9 @@ impl Store {
                     return Err(error);
                 }
                 state.batch.opened.get_or_insert_with(Instant::now);
+                if state.batch.is_due() {
+                    commit(&db, &self.poisoned, state, self.observer.get())?;
+                }
                 Ok(())
             }
         }
@@ -1125,16 +1149,30 @@ impl Store {
         (0..32).contains(&kind) && self.alarm_kinds.load(Ordering::Acquire) & 1 << kind != 0
     }
 
-    /// etcd's Defragment: copies the store into a fresh database holding
-    /// only what is live, and switches to it, while applies and reads go
-    /// on; each waits at most one chunk of the copy, or the switch (see
-    /// defrag.rs). One runs at a time; a second waits for the first. A
+    /// etcd's Defragment: reclaims the value files holding dead blocks,
+    /// then, when sled's files are bloated, copies sled into a fresh
+    /// database holding only what is live, and switches to it, while
+    /// applies and reads go on; each waits at most one step of the
+    /// reclaim or chunk of the copy, or the switch (see defrag.rs). One runs at a time; a second waits for the first. A
     /// restore meanwhile abandons it, with an error. A failure after the
     /// new generation became current leaves the store unusable until it
     /// is reopened.
     pub fn defragment(&self) -> Result<()> {
+        self.defragment_as(SledCopy::WhenBloated)
+    }
+
+    /// [`Store::defragment`], copying sled as `copy` says.
+    pub fn defragment_as(&self, copy: SledCopy) -> Result<()> {
         self.check_usable()?;
         let mut generation = self.generation.lock();
+        // What a compaction queued is not kept, only to be removed after.
+        self.finish_compactions()?;
+        self.reclaim_all()?;
+        // Crash tests stop the process here, the value files reclaimed.
+        fail::fail_point!("mvcc::defrag_reclaimed", |_| std::process::abort());
+        if copy == SledCopy::WhenBloated && !self.sled_is_bloated()? {
+            return Ok(());
+        }
         let next = *generation + 1;
         let dir = defrag::generation_dir(&self.path, next);
         defrag::discard(&dir)?;
@@ -1166,9 +1204,6 @@ impl Store {
     /// leaving it in `State::copying`, complete and kept equal by every
     /// commit, its files flushed and its directories synced.
     fn copy_into(&self, dir: &Path) -> Result<()> {
-        // What a compaction queued is not copied, only to be removed after.
-        self.finish_compactions()?;
-        self.reclaim_all()?;
         let fresh = open_db(dir)?;
         {
             let mut state = self.state.write();
@@ -1190,6 +1225,23 @@ impl Store {
         // Most of the flush, outside the lock; the switch flushes the rest.
         fresh.flush()?;
         defrag::sync_tree(dir)
+    }
+
+    /// Whether sled's files hold so much more than its items that a
+    /// defragmentation should copy it ([`defrag::DEFRAG_SLED_BLOAT_RATIO`]).
+    /// Its items' bytes are those the store holds less the blocks value
+    /// files hold. Crash tests force the copy (`mvcc::defrag_copy_sled`).
+    fn sled_is_bloated(&self) -> Result<bool> {
+        let forced = (|| {
+            fail::fail_point!("mvcc::defrag_copy_sled", |_| true);
+            false
+        })();
+        let on_disk = self.db.read().size_on_disk()?;
+        let items = {
+            let state = self.state.read();
+            state.stored_bytes.saturating_sub(state.values.live_total())
+        };
+        Ok(forced || on_disk > items.saturating_mul(defrag::DEFRAG_SLED_BLOAT_RATIO) + defrag::DEFRAG_SLED_SLACK_BYTES)
     }
 
     /// Makes generation `next`, whose copy is complete, the store's
@@ -1505,25 +1557,33 @@ fn visit_through(
     })
 }
 
-/// Where a hash step of about `limit` stored revisions from `from` ends:
-/// the main revision of the `limit`-th stored at or after `from` (the
-/// step takes every sub-revision of it too), or `to_main` when fewer are
-/// stored through it. Counts what is stored ([`each_through`]), not
-/// revision numbers: after compactions the kept revisions lie far apart.
-fn hash_step_end(
+/// One hash step: feeds `hasher` the stored revisions from `from` on,
+/// about `limit` of them, and returns the main revision it ended at: that
+/// of the `limit`-th stored at or after `from` (every sub-revision of it
+/// is taken too), or `to_main` when fewer are stored through it. Counts
+/// what is stored ([`each_through`]), not revision numbers: after
+/// compactions the kept revisions lie far apart. One walk, so each block
+/// is read once.
+fn hash_step(
     db: &sled::Db,
     values: &ValueFiles,
     batch: &Batch,
     from: Revision,
     to_main: i64,
     limit: usize,
+    hasher: &mut crate::hash::Hasher,
 ) -> Result<i64> {
     let (mut counted, mut end) = (0, to_main);
-    each_through(db, values, batch, from, to_main, |revision, _, _| {
-        counted += 1;
-        if counted == limit {
-            end = revision.main;
+    each_through(db, values, batch, from, to_main, |revision, tombstone, value| {
+        if counted >= limit && revision.main != end {
             return Ok(ControlFlow::Break(()));
+        }
+        if hasher.wants(revision, tombstone) {
+            hasher.write(revision, tombstone, &records::read_stored(value)?);
+        }
+        counted += 1;
+        if counted >= limit {
+            end = revision.main;
         }
         Ok(ControlFlow::Continue(()))
     })?;
@@ -1604,10 +1664,11 @@ struct Batch {
 }
 
 impl Batch {
-    /// Whether sled should have it now: it is full or old enough.
+    /// Whether sled should have it now: it is full or old enough. A block
+    /// in the overlay counts as a full one.
     fn is_due(&self) -> bool {
         self.records.len() >= OPEN_BATCH_REVISIONS_MAX
-            || self.bytes >= OPEN_BATCH_BYTES_MAX
+            || self.bytes + self.overlay.len() * crate::block::BLOCK_BYTES_MAX >= OPEN_BATCH_BYTES_MAX
             || self.opened.is_some_and(|opened| opened.elapsed() >= OPEN_BATCH_AGE_MAX)
     }
 }
@@ -1944,8 +2005,8 @@ mod tests {
                 (index, during)
             })
         };
-        store.defragment().unwrap();
-        store.defragment().unwrap();
+        store.defragment_as(SledCopy::Always).unwrap();
+        store.defragment_as(SledCopy::Always).unwrap();
         done.store(true, Ordering::Release);
         let (index, during) = writer.join().unwrap();
         assert!(during > 10, "only {during} applies ran during the defragmentations");
@@ -2076,7 +2137,7 @@ mod tests {
         store.finish_compactions().unwrap();
         let (kept, walked) = counted(&store);
         assert_eq!(kept, walked, "after a compaction");
-        store.defragment().unwrap();
+        store.defragment_as(SledCopy::Always).unwrap();
         assert_eq!(counted(&store).0, counted(&store).1, "after a defragmentation");
         let (_, snapshot) = store.snapshot().unwrap();
         let before_reopen = store.live_bytes().unwrap();

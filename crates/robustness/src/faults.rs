@@ -81,8 +81,15 @@ pub const ALL: [Fault; 11] = [
     Fault::Compact,
 ];
 
-/// kv-server's crash points in a defragmentation (`mvcc::defrag_*`).
-pub const DEFRAG_CRASH_POINTS: &[&str] = &["mvcc::defrag_copied", "mvcc::defrag_switched"];
+/// kv-server's crash points in a defragmentation (`mvcc::defrag_*`): the
+/// value files reclaimed, sled's copy complete, and the switch to it made.
+pub const DEFRAG_CRASH_POINTS: &[&str] = &["mvcc::defrag_reclaimed", "mvcc::defrag_copied", "mvcc::defrag_switched"];
+
+/// Armed on every member built with failpoints: each defragmentation
+/// copies sled. A round's store is far too small for sled to be bloated,
+/// when kv-server would skip the copy, and the copy is what must keep
+/// every write made while it runs.
+pub const DEFRAG_COPY_SLED: &str = "mvcc::defrag_copy_sled=return";
 
 /// The batch limit a member is restarted with for the compaction fault
 /// (`--experimental-compaction-batch-limit`): a round's store is small,
@@ -283,7 +290,7 @@ async fn defrag(cluster: &mut Cluster, random: &mut StdRng, failpoints: bool) ->
         .then(|| DEFRAG_CRASH_POINTS[random.random_range(0..DEFRAG_CRASH_POINTS.len())]);
     if let Some(point) = point {
         cluster.kill(target);
-        let armed = vec![("FAILPOINTS".to_string(), format!("{point}=return"))];
+        let armed = vec![("FAILPOINTS".to_string(), format!("{DEFRAG_COPY_SLED};{point}=return"))];
         cluster.spawn(target, &armed).map_err(|e| e.to_string())?;
         cluster.wait_healthy(target).await.map_err(|e| e.to_string())?;
     }

@@ -151,11 +151,16 @@ async fn main() {
     let args = Args::parse();
     let dir = args.dir.clone().unwrap_or_else(default_dir);
     std::fs::create_dir_all(&dir).expect("the output directory");
-    let env: Vec<(String, String)> = args
-        .member_failpoints
-        .iter()
-        .map(|fp| ("FAILPOINTS".to_string(), fp.clone()))
+    let armed: Vec<&str> = args
+        .failpoints
+        .then_some(robustness::faults::DEFRAG_COPY_SLED)
+        .into_iter()
+        .chain(args.member_failpoints.as_deref())
         .collect();
+    let env: Vec<(String, String)> = match armed.is_empty() {
+        true => Vec::new(),
+        false => vec![("FAILPOINTS".to_string(), armed.join(";"))],
+    };
     let mut cluster = match Cluster::start(&args.binary, &dir, args.base_port, env).await {
         Ok(cluster) => cluster,
         Err(error) => {
