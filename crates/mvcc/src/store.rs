@@ -1039,32 +1039,7 @@ impl Store {
         self.apply_restore_batch(&mut state.values, batch)?;
         // Crash tests stop the process here, the store marked.
         fail::fail_point!("mvcc::restore_started", |_| std::process::abort());
-        let mut batch = sled::Batch::default();
-        let mut batch_bytes = 0;
-        let mut snapshot_index = 0;
-        while let Some(key) = read_part(&mut input)? {
-            let value = read_part(&mut input)?.ok_or_else(|| corrupt("snapshot cut short"))?;
-            if key == META_STORED_BYTES {
-                // The sender's count; this store counts its own once loaded.
-                continue;
-            }
-            if key == META_CONSISTENT_INDEX {
-                let bytes: [u8; 8] = value[..].try_into().map_err(|_| corrupt("metadata is not 8 bytes"))?;
-                snapshot_index = i64::from_be_bytes(bytes) as u64;
-                continue;
-            }
-            batch_bytes += key.len() + value.len();
-            if crate::block::first_of(&key).is_some() {
-                let pointer = state.values.append(&value)?;
-                batch.insert(key, &pointer.encode()[..]);
-            } else {
-                batch.insert(key, value);
-            }
-            if batch_bytes >= RESTORE_BATCH_BYTES {
-                self.apply_restore_batch(&mut state.values, std::mem::take(&mut batch))?;
-                batch_bytes = 0;
-            }
-        }
+        let (mut batch, snapshot_index) = self.restore_load(&mut state.values, &mut input)?;
         let consistent_index = match target {
             RestoreFor::Member(index) => index.max(snapshot_index),
             RestoreFor::NewCluster { raft_index, membership } => {
@@ -1095,6 +1070,39 @@ impl Store {
         self.alarm_kinds.store(kinds_of(&state.alarms), Ordering::Release);
         self.publish(&state, true);
         Ok(())
+    }
+
+    /// Loads a snapshot's items into the store, a batch at a time, and
+    /// returns the last batch (still to apply) and the snapshot's
+    /// consistent index.
+    fn restore_load(&self, values: &mut ValueFiles, input: &mut impl std::io::Read) -> Result<(sled::Batch, u64)> {
+        let mut batch = sled::Batch::default();
+        let mut batch_bytes = 0;
+        let mut snapshot_index = 0;
+        while let Some(key) = read_part(input)? {
+            let value = read_part(input)?.ok_or_else(|| corrupt("snapshot cut short"))?;
+            if key == META_STORED_BYTES {
+                // The sender's count; this store counts its own once loaded.
+                continue;
+            }
+            if key == META_CONSISTENT_INDEX {
+                let bytes: [u8; 8] = value[..].try_into().map_err(|_| corrupt("metadata is not 8 bytes"))?;
+                snapshot_index = i64::from_be_bytes(bytes) as u64;
+                continue;
+            }
+            batch_bytes += key.len() + value.len();
+            if crate::block::first_of(&key).is_some() {
+                let pointer = values.append(&value)?;
+                batch.insert(key, &pointer.encode()[..]);
+            } else {
+                batch.insert(key, value);
+            }
+            if batch_bytes >= RESTORE_BATCH_BYTES {
+                self.apply_restore_batch(values, std::mem::take(&mut batch))?;
+                batch_bytes = 0;
+            }
+        }
+        Ok((batch, snapshot_index))
     }
 
     /// Hands sled one batch of a restore, once the blocks it points to
