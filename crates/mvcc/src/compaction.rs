@@ -29,7 +29,7 @@
 //! drops them again, and their removal is queued anew (the hash, kept
 //! only in memory as in etcd, is not).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use crate::hash::{Hasher, KeyValueHash};
 use crate::index::Compacted;
@@ -63,21 +63,19 @@ pub const COMPACTION_CPU_PERCENT: u32 = 10;
 
 /// One queued part of a compaction.
 pub enum Job {
-    /// Compacting the index at `at`, from the key after `after`; what it
-    /// found so far, and the compact revision before this compaction,
-    /// which the hash needs.
+    /// Compacting the index at `at`, from the key after `after`, and what
+    /// it found so far (its keep set is for a hash with the compact
+    /// revision before this compaction).
     Index {
         at: i64,
-        previous: i64,
         after: Option<Box<[u8]>>,
         compacted: Compacted,
     },
     /// Hashing the stored revisions from `next` up to the hasher's
     /// revision.
     Hash { hasher: Hasher, next: Revision },
-    /// Removing `revisions` (ascending) from storage; those before `done`
-    /// are removed.
-    Remove { revisions: Vec<Revision>, done: usize },
+    /// Removing `revisions` from storage; those removed leave the set.
+    Remove { revisions: BTreeSet<Revision> },
 }
 
 /// What one step does: which keys or revisions, of the oldest job.
@@ -104,14 +102,13 @@ impl Backlog {
     pub fn push_compaction(&mut self, previous: i64, at: i64) {
         self.jobs.push_back(Job::Index {
             at,
-            previous,
             after: None,
-            compacted: Compacted::default(),
+            compacted: Compacted::new(previous),
         });
     }
 
     /// Queues the removal of `removable` from storage.
-    pub fn push_removal(&mut self, removable: Vec<Revision>) {
+    pub fn push_removal(&mut self, removable: BTreeSet<Revision>) {
         if let Some(job) = removal(removable) {
             self.jobs.push_back(job);
         }
@@ -136,10 +133,7 @@ impl Backlog {
                 from: *next,
                 to_main: hasher.revision(),
             },
-            Job::Remove { revisions, done } => {
-                let end = (done + limit).min(revisions.len());
-                Step::Remove(revisions[*done..end].to_vec())
-            }
+            Job::Remove { revisions } => Step::Remove(revisions.iter().take(limit).copied().collect()),
         })
     }
 
@@ -171,21 +165,14 @@ impl Backlog {
             *after = last;
             return;
         }
-        let Some(Job::Index {
-            at,
-            previous,
-            compacted,
-            ..
-        }) = self.jobs.pop_front()
-        else {
+        let Some(Job::Index { at, compacted, .. }) = self.jobs.pop_front() else {
             unreachable!("checked above")
         };
-        let removable = compacted.removable.into_iter().map(|(revision, _)| revision).collect();
-        if let Some(job) = removal(removable) {
+        if let Some(job) = removal(compacted.removable) {
             self.jobs.push_front(job);
         }
         self.jobs.push_front(Job::Hash {
-            hasher: Hasher::new(previous, at, compacted.kept),
+            hasher: Hasher::new(at, compacted.kept),
             next: Revision::new(1, 0),
         });
     }
@@ -198,9 +185,11 @@ impl Backlog {
                 *next = Revision::new(to_main + 1, 0);
                 *to_main >= hasher.revision()
             }
-            (Job::Remove { revisions, done }, Step::Remove(removed)) => {
-                *done += removed.len();
-                *done >= revisions.len()
+            (Job::Remove { revisions }, Step::Remove(removed)) => {
+                for revision in removed {
+                    revisions.remove(revision);
+                }
+                revisions.is_empty()
             }
             _ => unreachable!("a hash or removal step is of the oldest job"),
         };
@@ -215,9 +204,8 @@ impl Backlog {
 }
 
 /// The job removing `revisions`, in ascending order; none for none.
-fn removal(mut revisions: Vec<Revision>) -> Option<Job> {
-    revisions.sort_unstable();
-    (!revisions.is_empty()).then_some(Job::Remove { revisions, done: 0 })
+fn removal(revisions: BTreeSet<Revision>) -> Option<Job> {
+    (!revisions.is_empty()).then_some(Job::Remove { revisions })
 }
 
 #[cfg(test)]
@@ -254,8 +242,7 @@ mod tests {
         let keys = 2 * LIMIT + 500;
         let (mut stepped, mut whole) = (index(keys), index(keys));
         let at = (2 * keys + keys / 2) as i64;
-        let mut expected: Vec<Revision> = whole.compact(at).removable.into_iter().map(|(r, _)| r).collect();
-        expected.sort_unstable();
+        let expected: Vec<Revision> = whole.compact(at).removable.into_iter().collect();
         let mut backlog = Backlog::default();
         backlog.push_compaction(1, at);
         let (mut kinds, mut hashed, mut removed, mut hashes) = (String::new(), Vec::new(), Vec::new(), Vec::new());

@@ -3,9 +3,10 @@
 //! single keys and ranges, and drives compaction. It is rebuilt from the
 //! stored revisions when the store opens.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
+use crate::hash::Keep;
 use crate::key_index::{Generation, KeyIndex, Slot};
 use crate::live_count::LiveCounts;
 use crate::revision::Revision;
@@ -41,12 +42,29 @@ impl<'a> RangeEnd<'a> {
 }
 
 /// What [`TreeIndex::compact`] did.
-#[derive(Debug, Default)]
+///
+/// Both sets are B-trees, which grow a node at a time, never all at once:
+/// a compaction gathers a million revisions a step at a time, and a
+/// vector or a hash set that doubled (or a sort at the end) stalled one
+/// step for tens of milliseconds.
+#[derive(Debug)]
 pub struct Compacted {
-    /// Stored revisions to remove, each with whether it is a tombstone.
-    pub removable: Vec<(Revision, bool)>,
-    /// Revisions at or below the compact revision that stay.
-    pub kept: HashSet<Revision>,
+    /// Stored revisions to remove, in ascending order.
+    pub removable: BTreeSet<Revision>,
+    /// Revisions at or below the compact revision that stay, as the hash
+    /// taken with the compaction reads them.
+    pub kept: Keep,
+}
+
+impl Compacted {
+    /// Nothing found yet, by a compaction applied when the compact
+    /// revision was `previous` (the compact revision of its hash).
+    pub fn new(previous: i64) -> Compacted {
+        Compacted {
+            removable: BTreeSet::new(),
+            kept: Keep::new(previous),
+        }
+    }
 }
 
 /// Keys are boxed slices (16 bytes in the map entry plus one allocation).
@@ -186,12 +204,12 @@ impl TreeIndex {
     }
 
     /// Compacts every history at `at`. Returns the stored revisions that no
-    /// read at or after `at` needs any more (with whether each is a
-    /// tombstone), for the store to remove, and the revisions at or below
-    /// `at` it kept (etcd's "available" set, which HashKV's compaction
-    /// hash uses; see `hash.rs`).
+    /// read at or after `at` needs any more, for the store to remove, and
+    /// the revisions at or below `at` it kept (etcd's "available" set,
+    /// which HashKV's compaction hash uses; see `hash.rs`), for a hash
+    /// with compact revision `at`.
     pub fn compact(&mut self, at: i64) -> Compacted {
-        let mut compacted = Compacted::default();
+        let mut compacted = Compacted::new(at);
         let mut after = None;
         while let Some(last) = self.compact_some(at, after.as_deref(), usize::MAX, &mut compacted) {
             after = Some(last);
@@ -221,8 +239,8 @@ impl TreeIndex {
                 history
                     .slots()
                     .take_while(|slot| slot.main() <= at)
-                    .filter(|slot| Some(slot.revision()) != kept)
-                    .map(|slot| (slot.revision(), slot.is_tombstone())),
+                    .map(Slot::revision)
+                    .filter(|revision| Some(*revision) != kept),
             );
             into.kept.extend(history.compact(at));
             if history.is_empty() {
@@ -243,13 +261,15 @@ impl TreeIndex {
     /// `at`, leaving out tombstones: etcd's `Keep`, which HashKV uses to
     /// skip what compaction has (or would have) removed. Unlike
     /// [`TreeIndex::compact`], a tombstone at exactly `at` is not in it.
-    pub fn keep(&self, at: i64) -> HashSet<Revision> {
-        self.keys
+    /// For a hash with compact revision `compact_revision`.
+    pub fn keep(&self, at: i64, compact_revision: i64) -> Keep {
+        let kept = self
+            .keys
             .values()
             .filter_map(|history| history.kept_at(at))
             .filter(|slot| !slot.is_tombstone())
-            .map(Slot::revision)
-            .collect()
+            .map(Slot::revision);
+        Keep::of(compact_revision, kept)
     }
 
     /// Keys in the index, live or not.
@@ -367,22 +387,22 @@ mod tests {
         index.put(b"b", rev(4));
         index.tombstone(b"b", rev(5));
         index.put(b"a", rev(6));
-        assert_eq!(index.keep(5), [rev(3)].into(), "keep leaves the tombstone at 5 out");
-        let compacted = index.compact(5);
-        let mut removable = compacted.removable;
-        removable.sort();
         assert_eq!(
-            removable,
-            [(rev(2), false), (rev(4), false)],
-            "the tombstone at 5 stays"
+            index.keep(5, 5),
+            Keep::of(5, [rev(3)]),
+            "keep leaves the tombstone at 5 out"
         );
-        assert_eq!(compacted.kept, [rev(3), rev(5)].into());
+        let compacted = index.compact(5);
+        assert_eq!(compacted.removable, [rev(2), rev(4)].into(), "the tombstone at 5 stays");
+        assert_eq!(compacted.kept, Keep::of(5, [rev(3), rev(5)]));
         assert_eq!(index.len(), 2);
         assert_eq!(index.get(b"a", 5), Some(rev(3)));
         assert_eq!(index.get(b"a", 6), Some(rev(6)));
-        let mut removable = index.compact(6).removable;
-        removable.sort();
-        assert_eq!(removable, [(rev(3), false), (rev(5), true)]);
+        assert_eq!(
+            index.compact(6).removable,
+            [rev(3), rev(5)].into(),
+            "the tombstone goes"
+        );
         assert_eq!(index.len(), 1);
     }
 }

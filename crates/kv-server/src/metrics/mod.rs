@@ -226,6 +226,9 @@ pub struct MvccMetrics {
     pub watcher_total: handles::Gauge,
     pub slow_watcher_total: handles::Gauge,
     pub lease_granted: handles::Counter,
+    pub index_compaction_pause: handles::Histogram,
+    pub db_compaction_pause: handles::Histogram,
+    pub db_compaction_keys: handles::Counter,
 }
 
 impl MvccMetrics {
@@ -253,6 +256,22 @@ impl MvccMetrics {
                 "etcd_debugging_lease_granted_total",
                 "The total number of granted leases.",
             ),
+            index_compaction_pause: histogram(
+                "etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds",
+                "Bucketed histogram of index compaction pause duration.",
+                0.5,
+                14,
+            ),
+            db_compaction_pause: histogram(
+                "etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds",
+                "Bucketed histogram of db compaction pause duration.",
+                1.0,
+                13,
+            ),
+            db_compaction_keys: int_counter(
+                "etcd_debugging_mvcc_db_compaction_keys_total",
+                "Total number of db keys compacted.",
+            ),
         }
     }
 
@@ -268,6 +287,9 @@ impl MvccMetrics {
             self.watcher_total.collector(),
             self.slow_watcher_total.collector(),
             self.lease_granted.collector(),
+            self.index_compaction_pause.collector(),
+            self.db_compaction_pause.collector(),
+            self.db_compaction_keys.collector(),
         ]
     }
 }
@@ -509,5 +531,15 @@ impl mvcc::Observer for StoreObserver {
 
     fn committed(&self, took: Duration) {
         metrics().disk.backend_commit.observe(took.as_secs_f64());
+    }
+
+    fn compaction_step(&self, index: bool, removed: usize, took: Duration) {
+        let m = &metrics().mvcc;
+        let pause = match index {
+            true => &m.index_compaction_pause,
+            false => &m.db_compaction_pause,
+        };
+        pause.observe(took.as_secs_f64() * 1000.0);
+        m.db_compaction_keys.inc_by(removed as u64);
     }
 }
