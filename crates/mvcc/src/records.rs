@@ -320,11 +320,18 @@ pub fn write(batch: &mut Writes, values: &mut ValueFiles, overlay: Overlay, reco
 /// reclaiming holds the store's state lock for them.
 pub const MOVE_BYTES_MAX: usize = 1 << 20;
 
+/// Pointers [`move_blocks`] looks at per call, moved or not: about a
+/// millisecond of sled's iteration. Without it, a step over files with
+/// little left alive walked every pointer in sled looking for a MiB to
+/// move: 0.1 s at a million keys, while the applies waited.
+pub const MOVE_VISITS_MAX: usize = 4096;
+
 /// Puts into `overlay`, to be written anew, the blocks after sled key
 /// `after` (from the first, when `None`) whose bytes are in one of the
-/// files `from`, until about [`MOVE_BYTES_MAX`] bytes; skips blocks the
-/// overlay already rewrites. Returns the last key it looked at, or
-/// `None` once it looked at every block.
+/// files `from`, until about [`MOVE_BYTES_MAX`] bytes or
+/// [`MOVE_VISITS_MAX`] blocks looked at; skips blocks the overlay already
+/// rewrites. Returns the last key it looked at, or `None` once it looked
+/// at every block.
 pub fn move_blocks(
     db: &sled::Db,
     values: &ValueFiles,
@@ -336,19 +343,17 @@ pub fn move_blocks(
         Some(key) => std::ops::Bound::Excluded(key.to_vec()),
         None => std::ops::Bound::Included(vec![BLOCK_SPACE]),
     };
-    let mut moved = 0;
+    let (mut moved, mut visited) = (0, 0);
     for item in db.range::<Vec<u8>, _>((start, std::ops::Bound::Excluded(vec![BLOCK_SPACE + 1]))) {
         let (key, stored) = item?;
-        let Some(pointer) = Pointer::decode(&stored).filter(|p| from.contains(&p.file)) else {
-            continue;
-        };
-        if overlay.contains_key(key.as_ref()) {
-            continue;
+        visited += 1;
+        let pointer = Pointer::decode(&stored).filter(|p| from.contains(&p.file));
+        if let Some(pointer) = pointer.filter(|_| !overlay.contains_key(key.as_ref())) {
+            let bytes = values.read(&pointer)?;
+            moved += bytes.len();
+            overlay.insert(key.to_vec(), Some(bytes));
         }
-        let bytes = values.read(&pointer)?;
-        moved += bytes.len();
-        overlay.insert(key.to_vec(), Some(bytes));
-        if moved >= MOVE_BYTES_MAX {
+        if moved >= MOVE_BYTES_MAX || visited >= MOVE_VISITS_MAX {
             return Ok(Some(key.to_vec()));
         }
     }

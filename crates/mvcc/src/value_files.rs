@@ -353,9 +353,11 @@ impl ValueFiles {
         if self.newest == Some(number) {
             self.newest = None;
         }
+        // No sync of the directory: an unlink a crash loses leaves a file
+        // no pointer names, which the next open deletes
+        // (`remove_unreferenced`), and the sync cost as much as the unlink.
         let path = self.dir.join(file_name(number));
-        fs::remove_file(&path).map_err(io("removing", &path))?;
-        sync_dir(&self.dir)
+        fs::remove_file(&path).map_err(io("removing", &path))
     }
 
     /// Deletes every file no pointer names, but the newest: what a crash
