@@ -193,15 +193,11 @@ struct State {
 }
 
 /// Value files being reclaimed: their blocks are moved into the newest
-/// file in key order, a step at a time; once none is left there and sled
-/// is durable, the files are deleted, one a step.
+/// file in key order, a step at a time.
 struct Reclaim {
     files: BTreeSet<u64>,
     /// The last block key looked at; `None` before the first step.
     after: Option<Vec<u8>>,
-    /// Every block is moved and sled is durable: what is left is deleting
-    /// the files.
-    moved: bool,
 }
 
 /// A multi-version store on sled with etcd's revision semantics.
@@ -808,25 +804,12 @@ impl Store {
 
     /// One step of the reclaim under way (value_files.rs): moves about
     /// [`records::MOVE_BYTES_MAX`] of its files' blocks into the newest
-    /// file and commits; once none is left, makes sled durable; then
-    /// deletes one file a step (a file's unlink took about 20 ms, and
-    /// five in one step stalled the applies for 0.1 s). Whether more
-    /// remains.
+    /// file and commits; once none is left, makes sled durable and retires
+    /// the files (unlinked off this thread). Whether more remains.
     fn reclaim_step(&self, state: &mut State) -> Result<bool> {
-        let Some(mut job) = state.reclaim.take() else {
+        let Some(job) = state.reclaim.take() else {
             return Ok(false);
         };
-        if job.moved {
-            if let Some(file) = job.files.pop_first() {
-                match state.values.live(file) {
-                    0 => state.values.remove(file)?,
-                    live => tracing::warn!(file, live, "a reclaimed value file still holds live bytes; kept"),
-                }
-            }
-            let more = !job.files.is_empty();
-            state.reclaim = more.then_some(job);
-            return Ok(more);
-        }
         let db = self.db.read();
         // The open batch's own blocks go to the newest file, never to one
         // being reclaimed, and blocks its overlay rewrites are skipped:
@@ -851,8 +834,13 @@ impl Store {
         // Once sled's state is durable, no pointer it may recover names
         // the files.
         db.flush()?;
-        state.reclaim = Some(Reclaim { moved: true, ..job });
-        Ok(true)
+        for file in job.files {
+            match state.values.live(file) {
+                0 => state.values.retire(file),
+                live => tracing::warn!(file, live, "a reclaimed value file still holds live bytes; kept"),
+            }
+        }
+        Ok(false)
     }
 
     /// Reclaims every value file under
@@ -873,17 +861,24 @@ impl Store {
             let started = Instant::now();
             let mut state = self.state.write();
             let more = self.reclaim_step(&mut state)?;
+            let unlinking = if more { Vec::new() } else { state.values.settle() };
             RwLockWriteGuard::unlock_fair(state);
             if !more {
+                unlinking.into_iter().for_each(|thread| drop(thread.join()));
                 return Ok(());
             }
             std::thread::sleep(pacing::pause_after(started.elapsed(), defrag::DEFRAG_CPU_PERCENT));
         }
     }
 
-    /// Does every step of the queued compaction work.
+    /// Does every step of the queued compaction work, and waits for the
+    /// files it retired to be unlinked.
     pub fn finish_compactions(&self) -> Result<()> {
         while self.compact_step()? {}
+        let unlinking = self.state.write().values.settle();
+        for thread in unlinking {
+            let _ = thread.join();
+        }
         Ok(())
     }
 
@@ -1456,11 +1451,7 @@ fn stored_bytes_change(db: &sled::Db, writes: &Writes) -> Result<Change> {
 fn start_reclaim(state: &mut State, percent: u64) {
     let files: BTreeSet<u64> = state.values.reclaimable(percent).into_iter().collect();
     if !files.is_empty() {
-        state.reclaim = Some(Reclaim {
-            files,
-            after: None,
-            moved: false,
-        });
+        state.reclaim = Some(Reclaim { files, after: None });
     }
 }
 

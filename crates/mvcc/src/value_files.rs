@@ -138,6 +138,12 @@ pub struct ValueFiles {
     newest: Option<u64>,
     /// Bytes appended and not yet written.
     pending: Vec<u8>,
+    /// The number the next file takes: above every file this handle has
+    /// seen, so that a file still being unlinked is never reused.
+    next_number: u64,
+    /// Files being unlinked (and closed) on threads of their own
+    /// ([`ValueFiles::retire`]).
+    unlinking: Vec<std::thread::JoinHandle<()>>,
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
@@ -189,9 +195,11 @@ impl ValueFiles {
         }
         Ok(ValueFiles {
             dir: dir.to_path_buf(),
+            next_number: files.keys().next_back().map_or(1, |last| last + 1),
             files,
             newest: None,
             pending: Vec::new(),
+            unlinking: Vec::new(),
         })
     }
 
@@ -203,6 +211,8 @@ impl ValueFiles {
             files: BTreeMap::new(),
             newest: None,
             pending: Vec::new(),
+            next_number: 1,
+            unlinking: Vec::new(),
         }
     }
 
@@ -261,7 +271,7 @@ impl ValueFiles {
     /// Creates the next file, syncing the directory so that it is there
     /// after a crash before anything points into it.
     fn start_file(&mut self) -> Result<u64> {
-        let number = self.files.keys().next_back().map_or(1, |last| last + 1);
+        let number = self.next_number;
         let path = self.dir.join(file_name(number));
         let file = OpenOptions::new()
             .read(true)
@@ -279,6 +289,7 @@ impl ValueFiles {
             },
         );
         self.newest = Some(number);
+        self.next_number = number + 1;
         Ok(number)
     }
 
@@ -343,6 +354,40 @@ impl ValueFiles {
     /// Live bytes of file `number`.
     pub fn live(&self, number: u64) -> u64 {
         self.files.get(&number).map_or(0, |usage| usage.live)
+    }
+
+    /// Forgets file `number`, which no pointer sled may recover names, and
+    /// unlinks and closes it on a thread of its own: unlinking a file of
+    /// [`VALUE_FILE_BYTES_MAX`] took 15 to 30 ms here (the filesystem
+    /// frees its extents when the last descriptor closes), which the
+    /// applies waited for when a reclaim's step did it. A failed unlink
+    /// leaves a file no pointer names, which the next open deletes; it is
+    /// logged, not fatal. [`ValueFiles::settle`] waits for the unlinks.
+    pub fn retire(&mut self, number: u64) {
+        let Some(usage) = self.files.remove(&number) else {
+            return;
+        };
+        if self.newest == Some(number) {
+            self.newest = None;
+        }
+        let path = self.dir.join(file_name(number));
+        let unlink = move || {
+            if let Err(error) = fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), %error, "a reclaimed value file could not be unlinked");
+            }
+            drop(usage);
+        };
+        self.unlinking.retain(|thread| !thread.is_finished());
+        match std::thread::Builder::new().name("value-unlink".into()).spawn(unlink) {
+            Ok(thread) => self.unlinking.push(thread),
+            Err(error) => tracing::warn!(%error, "no thread to unlink a value file; it stays until the next open"),
+        }
+    }
+
+    /// The unlinks [`ValueFiles::retire`] started, to wait for outside
+    /// any lock.
+    pub fn settle(&mut self) -> Vec<std::thread::JoinHandle<()>> {
+        std::mem::take(&mut self.unlinking)
     }
 
     /// Deletes file `number`, which no pointer sled may recover names.
@@ -438,6 +483,29 @@ mod tests {
         assert!(!on_disk.exists());
         assert_eq!(files.read(&third).unwrap(), b"third");
         assert_eq!(files.size_on_disk(), 5);
+    }
+
+    // Goal: a retired file is unlinked off the caller's thread, and its
+    // number is never taken again by this handle, even when it was the
+    // highest.
+    #[test]
+    fn a_retired_file_is_unlinked_and_its_number_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kv.values");
+        let mut files = ValueFiles::open(&path).unwrap();
+        let first = files.append(b"first").unwrap();
+        files.sync().unwrap();
+        let on_disk = path.join(file_name(first.file));
+        assert!(on_disk.exists());
+        files.retire(first.file);
+        for thread in files.settle() {
+            thread.join().unwrap();
+        }
+        assert!(!on_disk.exists());
+        let second = files.append(b"second").unwrap();
+        files.sync().unwrap();
+        assert!(second.file > first.file, "file {} after {}", second.file, first.file);
+        assert_eq!(files.read(&second).unwrap(), b"second");
     }
 
     // Goal: a file is reclaimable once its live share falls below the
