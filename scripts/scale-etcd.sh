@@ -33,6 +33,11 @@
 #             its physical end (--physical): the same figures, and how
 #             long the compaction took. While the compaction runs, loads
 #             follow back to back
+#   settled   3 quiet loads again, after the compaction: each load adds
+#             KEYS/2 revisions and lengthens the histories, so later loads
+#             run on a larger store; the compaction's loads are judged
+#             against the quiet loads on each side of them, and the
+#             defrag's against these
 #   defrag    the same loads, with `etcdctl defrag` of the leader 1 s into
 #             it: the same figures, the defrag's time and dbSize (and
 #             dbSizeInUse) before and after
@@ -227,6 +232,7 @@ maintenance_rows() {  # name dir
     printf '%-10s rewrite   %.0f s\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)"
     load_row "$name" quiet ""
     load_row "$name" compact "'$ETCDCTL_BIN' --endpoints=$endpoints --command-timeout=600s compact --physical $revision"
+    load_row "$name" settled ""
     leader=$(leader_endpoint)
     before=$(db_size_mb "$leader")
     load_row "$name" defrag "'$ETCDCTL_BIN' --endpoints=$leader --command-timeout=600s defrag"

@@ -50,16 +50,19 @@ pub const COMPACTION_BATCH_LIMIT_DEFAULT: usize = 1000;
 /// a larger limit given is lowered to this one.
 pub const COMPACTION_BATCH_LIMIT_MAX: usize = 100_000;
 
-/// The share of a core, in percent, compaction's steps may take: after a
-/// step the server pauses so long that steps take at most this share of
-/// the time, and never less than etcd's sleep interval between batches
-/// (`--experimental-compaction-sleep-interval`). Every member compacts at
-/// once, so on a loaded cluster the steps compete with the applies and
-/// the clients, whose latency rises with the CPU the steps take: steps
-/// 10 ms apart, unpaced, raised put p99 1.3–1.5 times; held to a fifth
-/// of a core, 1.2–1.4 times at 300,000 keys (docs/benchmarks.md,
-/// 2026-11-25). A tenth makes a compaction about half as fast again.
-pub const COMPACTION_CPU_PERCENT: u32 = 10;
+/// The share of a core, in percent, compaction's steps may take while
+/// the member applies writes: after a step the server pauses so long that
+/// steps take at most this share of the time, and never less than etcd's
+/// sleep interval between batches (`--experimental-compaction-sleep-
+/// interval`); an idle member pauses only that interval. Every member
+/// compacts at once, so on a loaded cluster the steps compete with the
+/// applies and the clients, whose latency rises with the CPU the steps
+/// take. At a million revisions under 1000 clients on 2 cores (three
+/// members sharing them), a tenth of a core raised put p99 1.32 times
+/// over the quiet loads before it (1.13 over the load after it), and a
+/// twentieth 1.22 times (1.07), the compaction taking 109 and 174 s
+/// (docs/benchmarks.md, fifth round).
+pub const COMPACTION_CPU_PERCENT: u32 = 5;
 
 /// One queued part of a compaction.
 pub enum Job {

@@ -36,9 +36,9 @@ use crate::storage::marker::SnapshotMarker;
 use crate::storage::pending;
 
 /// The least pause between two steps of queued compaction work: etcd's
-/// default `--experimental-compaction-sleep-interval`. A step may wait
-/// longer, to keep compaction within mvcc's `COMPACTION_CPU_PERCENT` of a
-/// core (see [`Stage::compaction_pause`]).
+/// default `--experimental-compaction-sleep-interval`. While the member
+/// applies writes, a step waits longer, to keep compaction within mvcc's
+/// `COMPACTION_CPU_PERCENT` of a core (see [`Stage::compaction_pause`]).
 pub const COMPACTION_SLEEP_INTERVAL_DEFAULT: Duration = Duration::from_millis(10);
 
 /// What the stage works with; it alone writes the store, answers writers
@@ -90,6 +90,9 @@ impl Stage {
         let mut flushed: Option<NodeInput> = None;
         self.status.set_applied(self.store.consistent_index());
         let mut next_step = Instant::now();
+        // Whether entries came since the last compaction step: a member
+        // that applied none is idle, and compacts at etcd's pace.
+        let mut applied_since_step = false;
         loop {
             if let Some(answer) = flushed.take() {
                 flushed = self.tell_raft(answer);
@@ -100,7 +103,8 @@ impl Stage {
             if compacting && Instant::now() >= next_step {
                 let started = Instant::now();
                 self.compact_step();
-                next_step = Instant::now() + self.compaction_pause(started.elapsed());
+                next_step = Instant::now() + self.compaction_pause(started.elapsed(), applied_since_step);
+                applied_since_step = false;
             }
             let wait = match compacting {
                 true => next_step
@@ -119,7 +123,10 @@ impl Stage {
                 Err(RecvTimeoutError::Disconnected) => return,
             };
             match input {
-                ApplyInput::Entries(entries) => self.apply_entries(entries),
+                ApplyInput::Entries(entries) => {
+                    applied_since_step = true;
+                    self.apply_entries(entries);
+                }
                 ApplyInput::Restore { index, term } => self.restore(index, term),
                 ApplyInput::Read { index, waiters } => reads.push((index, waiters)),
                 ApplyInput::Dropped { sequence, error } => self.waiters.answer(sequence, Err(error)),
@@ -144,9 +151,14 @@ impl Stage {
     }
 
     /// The pause after a compaction step that took `took`: etcd's sleep
-    /// interval, or longer, so that steps take at most
-    /// `mvcc::compaction::COMPACTION_CPU_PERCENT` of a core.
-    fn compaction_pause(&self, took: Duration) -> Duration {
+    /// interval, or, when entries were `applied` since the step before,
+    /// longer, so that steps take at most
+    /// `mvcc::compaction::COMPACTION_CPU_PERCENT` of a core beside the
+    /// writes. An idle member compacts as fast as etcd's.
+    fn compaction_pause(&self, took: Duration, applied: bool) -> Duration {
+        if !applied {
+            return self.compaction_sleep;
+        }
         let share = mvcc::pacing::pause_after(took, mvcc::compaction::COMPACTION_CPU_PERCENT);
         self.compaction_sleep.max(share)
     }
