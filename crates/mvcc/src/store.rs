@@ -722,9 +722,7 @@ impl Store {
             Revision::new(1, 0),
             at,
             |revision, tombstone, value| {
-                if hasher.wants(revision, tombstone) {
-                    hasher.write(revision, tombstone, &records::read_stored(value)?);
-                }
+                feed(&mut hasher, revision, tombstone, value)?;
                 Ok(ControlFlow::Continue(()))
             },
         )?;
@@ -861,10 +859,9 @@ impl Store {
             let started = Instant::now();
             let mut state = self.state.write();
             let more = self.reclaim_step(&mut state)?;
-            let unlinking = if more { Vec::new() } else { state.values.settle() };
             RwLockWriteGuard::unlock_fair(state);
             if !more {
-                unlinking.into_iter().for_each(|thread| drop(thread.join()));
+                self.wait_for_unlinks();
                 return Ok(());
             }
             std::thread::sleep(pacing::pause_after(started.elapsed(), defrag::DEFRAG_CPU_PERCENT));
@@ -875,11 +872,18 @@ impl Store {
     /// files it retired to be unlinked.
     pub fn finish_compactions(&self) -> Result<()> {
         while self.compact_step()? {}
+        self.wait_for_unlinks();
+        Ok(())
+    }
+
+    /// Waits, outside the state lock, for the value files retired so far
+    /// to be unlinked ([`ValueFiles::retire`]).
+    fn wait_for_unlinks(&self) {
         let unlinking = self.state.write().values.settle();
         for thread in unlinking {
+            // An unlink's failure is logged by its thread, never fatal.
             let _ = thread.join();
         }
-        Ok(())
     }
 
     /// Does `step`; a hash step's `to_main` becomes where it ended.
@@ -1598,16 +1602,14 @@ fn hash_step(
     from: Revision,
     to_main: i64,
     limit: usize,
-    hasher: &mut crate::hash::Hasher,
+    hasher: &mut Hasher,
 ) -> Result<i64> {
     let (mut counted, mut end) = (0, to_main);
     each_through(db, values, batch, from, to_main, |revision, tombstone, value| {
         if counted >= limit && revision.main != end {
             return Ok(ControlFlow::Break(()));
         }
-        if hasher.wants(revision, tombstone) {
-            hasher.write(revision, tombstone, &records::read_stored(value)?);
-        }
+        feed(hasher, revision, tombstone, value)?;
         counted += 1;
         if counted >= limit {
             end = revision.main;
@@ -1615,6 +1617,15 @@ fn hash_step(
         Ok(ControlFlow::Continue(()))
     })?;
     Ok(end)
+}
+
+/// Feeds `hasher` one stored revision, decoding its record only when the
+/// hasher takes it.
+fn feed(hasher: &mut Hasher, revision: Revision, tombstone: bool, value: &[u8]) -> Result<()> {
+    if hasher.wants(revision, tombstone) {
+        hasher.write(revision, tombstone, &records::read_stored(value)?);
+    }
+    Ok(())
 }
 
 /// `key`'s value at `revision - 1`, if it existed then and the revision

@@ -364,13 +364,9 @@ impl ValueFiles {
     /// leaves a file no pointer names, which the next open deletes; it is
     /// logged, not fatal. [`ValueFiles::settle`] waits for the unlinks.
     pub fn retire(&mut self, number: u64) {
-        let Some(usage) = self.files.remove(&number) else {
+        let Some((path, usage)) = self.forget(number) else {
             return;
         };
-        if self.newest == Some(number) {
-            self.newest = None;
-        }
-        let path = self.dir.join(file_name(number));
         let unlink = move || {
             if let Err(error) = fs::remove_file(&path) {
                 tracing::warn!(path = %path.display(), %error, "a reclaimed value file could not be unlinked");
@@ -392,17 +388,23 @@ impl ValueFiles {
 
     /// Deletes file `number`, which no pointer sled may recover names.
     pub fn remove(&mut self, number: u64) -> Result<()> {
-        if self.files.remove(&number).is_none() {
+        let Some((path, _)) = self.forget(number) else {
             return Ok(());
-        }
-        if self.newest == Some(number) {
-            self.newest = None;
-        }
+        };
         // No sync of the directory: an unlink a crash loses leaves a file
         // no pointer names, which the next open deletes
         // (`remove_unreferenced`), and the sync cost as much as the unlink.
-        let path = self.dir.join(file_name(number));
         fs::remove_file(&path).map_err(io("removing", &path))
+    }
+
+    /// Drops file `number` from those kept, with its path and its handle,
+    /// for [`ValueFiles::remove`] or [`ValueFiles::retire`] to delete.
+    fn forget(&mut self, number: u64) -> Option<(PathBuf, Usage)> {
+        let usage = self.files.remove(&number)?;
+        if self.newest == Some(number) {
+            self.newest = None;
+        }
+        Some((self.dir.join(file_name(number)), usage))
     }
 
     /// Deletes every file no pointer names, but the newest: what a crash
