@@ -18,18 +18,22 @@ etcd_tools() {  # names of the variables the script needs
 }
 
 # Sets KV_SERVER_BIN and LOADGEN_BIN for the packages named (kv-server,
-# loadgen), building in release those whose variable is unset.
+# loadgen), building in release those whose variable is unset. The
+# cluster launcher (scripts/local-cluster.sh's binary) is built with them,
+# unless LOCAL_CLUSTER_BIN names one.
 our_binaries() {  # packages
     local package variable build=()
     for package in "$@"; do
         variable=$(echo "$package" | tr 'a-z-' 'A-Z_')_BIN
         [ -n "${!variable:-}" ] || build+=(-p "$package")
     done
+    [ -n "${LOCAL_CLUSTER_BIN:-}" ] || build+=(-p cluster)
     if [ "${#build[@]}" -gt 0 ]; then
         cargo build --release "${build[@]}" >&2
     fi
     KV_SERVER_BIN=${KV_SERVER_BIN:-target/release/kv-server}
     LOADGEN_BIN=${LOADGEN_BIN:-target/release/loadgen}
+    export LOCAL_CLUSTER_BIN=${LOCAL_CLUSTER_BIN:-${CARGO_TARGET_DIR:-target}/release/local-cluster}
 }
 
 # Prints the three endpoints ordered follower, leader, follower, from

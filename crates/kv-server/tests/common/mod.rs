@@ -1,7 +1,8 @@
-//! A 3-member cluster of real processes on loopback, for integration
-//! tests: this project's kv-server or a real etcd, started with the same
-//! etcd flags. Members can be killed with SIGKILL and restarted on their
-//! data directories.
+//! What the integration tests share: a cluster of real processes on
+//! loopback (this project's kv-server or a real etcd, started with the
+//! same etcd flags by the project's one launcher, `crates/cluster`),
+//! whose members can be killed with SIGKILL and restarted on their data
+//! directories; etcd's tools; HTTP probes.
 //!
 //! Test clusters take ports below 32768, outside Linux's ephemeral range
 //! (32768–60999): a port in it can be held at any moment as the source
@@ -310,32 +311,34 @@ pub fn etcd_tool(variable: &str, name: &str) -> PathBuf {
     cached
 }
 
-pub struct Member {
-    pub name: String,
-    /// Extra environment for this member's process.
-    pub env: Vec<(String, String)>,
-    pub client_port: u16,
-    pub peer_port: u16,
-    /// For a member added to a running cluster: the `ETCD_INITIAL_CLUSTER`
-    /// line `etcdctl member add` printed; it starts with state existing.
-    pub joins: Option<String>,
-    pub child: Option<Child>,
+// Some tests name the members' type; the rest reach members through the
+// cluster.
+#[allow(unused_imports)]
+pub use cluster::Member;
+
+/// A test cluster: the project's one launcher (`crates/cluster`) with the
+/// tests' layout (clients on `base + 10i`, peers one above) and token
+/// (`test-cluster`, which [`restore_command`] matches); a member that
+/// fails to start or to become healthy fails the test. Everything else
+/// (`members`, `kill`, `exit_status`, `endpoints`, `add_joining`…) is the
+/// launcher's own.
+pub struct Cluster {
+    launcher: cluster::Cluster,
+    /// Where the members' data and logs are.
+    pub dir: PathBuf,
 }
 
-impl Member {
-    pub fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
+impl std::ops::Deref for Cluster {
+    type Target = cluster::Cluster;
+    fn deref(&self) -> &cluster::Cluster {
+        &self.launcher
     }
 }
 
-pub struct Cluster {
-    pub binary: PathBuf,
-    pub dir: PathBuf,
-    pub members: Vec<Member>,
-    pub extra: Vec<String>,
-    /// With TLS: the CA and client pair the harness checks health with;
-    /// URLs are then `https://`.
-    pub tls: Option<(PathBuf, certs::Pair)>,
+impl std::ops::DerefMut for Cluster {
+    fn deref_mut(&mut self) -> &mut cluster::Cluster {
+        &mut self.launcher
+    }
 }
 
 impl Cluster {
@@ -365,8 +368,18 @@ impl Cluster {
         extra: &[&str],
     ) -> Cluster {
         let mut cluster = Cluster::new(binary, dir, base, 3, extra);
-        cluster.extra.extend(certs.member_flags());
-        cluster.tls = Some((certs.ca.clone(), certs.client(client).clone()));
+        let pair = certs.client(client).clone();
+        cluster.launcher.spec.tls = Some(cluster::Tls {
+            ca: certs.ca.clone(),
+            member_cert: certs.member.cert.clone(),
+            member_key: certs.member.key.clone(),
+            client_cert: pair.cert.clone(),
+            client_key: pair.key.clone(),
+        });
+        let ca = certs.ca.clone();
+        cluster.launcher.spec.probe = Some(cluster::Probe::Custom(std::sync::Arc::new(move |port, path| {
+            certs::https_get(port, path, &ca, &pair)
+        })));
         cluster.start_all();
         cluster
     }
@@ -374,186 +387,40 @@ impl Cluster {
     /// The members of a cluster as [`Cluster::start_members`] places them,
     /// not started: set their `env` and call [`Cluster::start_all`].
     pub fn new(binary: &Path, dir: &Path, base: u16, count: u16, extra: &[&str]) -> Cluster {
-        let members = (0..count)
-            .map(|i| Member {
-                name: format!("infra{}", i + 1),
-                env: Vec::new(),
-                client_port: base + 10 * i,
-                peer_port: base + 10 * i + 1,
-                joins: None,
-                child: None,
-            })
-            .collect();
+        let mut spec = cluster::Spec::new(binary, dir, count.into(), cluster::Layout::stride(base), "test-cluster");
+        spec.flags = extra.iter().map(|flag| flag.to_string()).collect();
         Cluster {
-            binary: binary.to_path_buf(),
+            launcher: cluster::Cluster::new(spec),
             dir: dir.to_path_buf(),
-            members,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            tls: None,
         }
     }
 
     /// Starts every member and waits until all are healthy.
     pub fn start_all(&mut self) {
-        let all: Vec<usize> = (0..self.members.len()).collect();
-        for &i in &all {
-            self.spawn(i);
-        }
-        self.wait_healthy(&all);
+        self.launcher.start_all().expect("the members start and become healthy");
     }
 
-    /// The URL scheme members use.
-    pub fn scheme(&self) -> &'static str {
-        if self.tls.is_some() {
-            "https"
-        } else {
-            "http"
-        }
-    }
-
-    /// Adds (without starting it) a member named `name` on `client_port`
-    /// (its peer port one above) that joins with what `etcdctl member
-    /// add` printed, `said`, and `env`; returns its index.
-    pub fn add_joining(&mut self, name: &str, client_port: u16, said: &str, env: Vec<(String, String)>) -> usize {
-        let line = said
-            .lines()
-            .find_map(|l| l.strip_prefix("ETCD_INITIAL_CLUSTER=\""))
-            .and_then(|l| l.strip_suffix('"'))
-            .unwrap_or_else(|| panic!("no ETCD_INITIAL_CLUSTER in {said}"));
-        self.members.push(Member {
-            name: name.into(),
-            env,
-            client_port,
-            peer_port: client_port + 1,
-            joins: Some(line.to_string()),
-            child: None,
-        });
-        self.members.len() - 1
-    }
-
-    pub fn endpoints(&self) -> String {
-        self.members.iter().map(Member::endpoint).collect::<Vec<_>>().join(",")
-    }
-
-    fn initial_cluster(&self) -> String {
-        self.members
-            .iter()
-            .filter(|m| m.joins.is_none())
-            .map(|m| format!("{}={}://127.0.0.1:{}", m.name, self.scheme(), m.peer_port))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
+    /// Starts member `i`'s process; returns at once.
     pub fn spawn(&mut self, i: usize) {
-        let member = &self.members[i];
-        let (initial_cluster, state) = match &member.joins {
-            Some(line) => (line.clone(), "existing"),
-            None => (self.initial_cluster(), "new"),
-        };
-        let client = format!("{}://127.0.0.1:{}", self.scheme(), member.client_port);
-        let peer = format!("{}://127.0.0.1:{}", self.scheme(), member.peer_port);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("{}.log", member.name)))
-            .expect("log file");
-        let child = Command::new(&self.binary)
-            .args(["--name", &member.name])
-            .arg("--data-dir")
-            .arg(self.dir.join(&member.name))
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
-            .args([
-                "--initial-cluster",
-                &initial_cluster,
-                "--initial-cluster-token",
-                "test-cluster",
-            ])
-            .args(["--initial-cluster-state", state])
-            .args(&self.extra)
-            .envs(member.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start member");
-        self.members[i].child = Some(child);
+        self.launcher.spawn(i).expect("start member");
     }
 
-    /// How the member's process ended, if it has.
-    pub fn exit_status(&mut self, i: usize) -> Option<std::process::ExitStatus> {
-        self.members[i]
-            .child
-            .as_mut()
-            .and_then(|child| child.try_wait().expect("wait"))
-    }
-
-    /// SIGKILL, no chance to flush anything.
-    pub fn kill(&mut self, i: usize) {
-        if let Some(mut child) = self.members[i].child.take() {
-            child.kill().expect("kill");
-            child.wait().expect("reap");
-        }
-    }
-
+    /// kill -9 of member `i`, then its start; waits until it is healthy.
     pub fn restart(&mut self, i: usize) {
-        self.kill(i);
-        self.spawn(i);
-        self.wait_healthy(&[i]);
+        self.launcher
+            .restart(i)
+            .expect("the member restarts and becomes healthy");
     }
 
     pub fn wait_healthy(&self, which: &[usize]) {
-        self.wait_for(which, "healthy", |i| self.is_healthy(i));
+        self.launcher.wait_healthy(which).expect("members healthy");
     }
 
     /// Waits until each member in `which` answers `/livez` with 200. Unlike
     /// `/health`, liveness ignores alarms, so this suits a member expected
     /// to raise one as soon as it starts.
     pub fn wait_live(&self, which: &[usize]) {
-        let live = |i: usize| {
-            http_get(self.members[i].client_port, "/livez")
-                .split_whitespace()
-                .nth(1)
-                == Some("200")
-        };
-        self.wait_for(which, "live", live);
-    }
-
-    /// Polls `probe` for each member in `which` until all pass, within
-    /// [`HEALTHY_WITHIN`].
-    fn wait_for(&self, which: &[usize], what: &str, probe: impl Fn(usize) -> bool) {
-        let deadline = Instant::now() + HEALTHY_WITHIN;
-        loop {
-            if which.iter().all(|&i| probe(i)) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "members {which:?} not {what}; logs in {}",
-                self.dir.display()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Whether member `i` answers /health with healthy.
-    pub fn is_healthy(&self, i: usize) -> bool {
-        let port = self.members[i].client_port;
-        match &self.tls {
-            None => healthy(port),
-            Some((ca, pair)) => certs::https_get(port, "/health", ca, pair).contains("\"health\":\"true\""),
-        }
-    }
-
-    pub fn stop(&mut self) {
-        for i in 0..self.members.len() {
-            self.kill(i);
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.stop();
+        self.launcher.wait_live(which).expect("members live");
     }
 }
 
