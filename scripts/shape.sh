@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The code's shape, checked: for every crate of the workspace,
 #   1. import cycles among its modules, and
-#   2. functions longer than FUNCTION_LINES_MAX lines, outside tests.
+#   2. functions longer than FUNCTION_LINES_MAX lines, outside tests;
+# and 3. no `process::exit` in kv-server below its main.rs.
 # Prints what it finds and exits 1 if there is any of either.
 #
 # Modules are the crate's files (src/a/b.rs or src/a/b/mod.rs is a::b).
@@ -242,6 +243,19 @@ for crate in CRATES:
         for path, line, function, lines in sorted(too_long):
             failed = True
             print(f"{path}:{line}: fn {function} is {lines} lines (at most {FUNCTION_LINES_MAX})")
-print("shape: " + ("problems above" if failed else f"no import cycles, no function over {FUNCTION_LINES_MAX} lines"))
+# 3. Nothing below a server's `main` exits the process: a member's fault
+# stops that member (kv-server's halt.rs), and `main` alone turns it into
+# the exit. The crash failpoints abort on purpose and are not exits.
+for root, _, files in os.walk(os.path.join("crates", "kv-server", "src")):
+    for file_name in files:
+        path = os.path.join(root, file_name)
+        if not file_name.endswith(".rs") or path.endswith(os.path.join("src", "main.rs")):
+            continue
+        code = strip(open(path, encoding="utf-8").read())
+        for match in re.finditer(r"process\s*::\s*exit\b", code):
+            failed = True
+            line = code.count("\n", 0, match.start()) + 1
+            print(f"{path}:{line}: process::exit below main (raise a halt::Fatal instead)")
+print("shape: " + ("problems above" if failed else f"no import cycles, no function over {FUNCTION_LINES_MAX} lines, no exit below main"))
 sys.exit(1 if failed else 0)
 PYTHON

@@ -2,12 +2,14 @@
 //!
 //! - [`Error`]: why a member cannot start, or must stop. Start-up returns
 //!   it to `main`, which prints it and exits with status 1; once running,
-//!   a part that meets one it cannot recover from calls [`fatal`].
+//!   a part that meets a fault it cannot go on after raises a
+//!   [`Fatal`] on the member's halt (`crate::halt`), and the server
+//!   returns it the same way.
 //! - [`RequestError`]: why one client request failed. Its text is etcd's
 //!   exact message (clients match errors by message), and `api::errors`
 //!   gives each its gRPC code.
 
-use std::fmt::Display;
+use crate::halt::Fatal;
 use std::path::PathBuf;
 
 /// Why a member cannot start, or must stop.
@@ -43,6 +45,9 @@ pub enum Error {
     /// A member joining an existing cluster could not learn its membership.
     #[error("could not join the cluster: {0}")]
     Join(String),
+    /// A fault stopped the running member (see `halt`).
+    #[error(transparent)]
+    Fatal(#[from] Fatal),
     /// This member was removed from the cluster; its data dir is done.
     #[error("the member has been permanently removed from the cluster")]
     Removed,
@@ -161,15 +166,4 @@ pub enum RequestError {
     /// A call forwarded to the leader failed there: its answer, as is.
     #[error("{}", .0.message())]
     Forwarded(tonic::Status),
-}
-
-/// Stops the member: logs what failed and why, then exits with status 1.
-/// For failures after which going on could lose acknowledged writes or
-/// serve wrong data: a failed WAL write or fsync, a store that cannot
-/// apply, a snapshot that cannot be installed. A supervisor restarts the
-/// member, which recovers from its WAL and the other members.
-pub fn fatal(what: &str, error: &dyn Display) -> ! {
-    tracing::error!(%error, "{what}; stopping the member");
-    eprintln!("kv-server: {what}: {error}");
-    std::process::exit(1)
 }

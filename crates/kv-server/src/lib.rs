@@ -28,7 +28,10 @@
 //! - [`tls`]: TLS on the client and peer URLs, and who a client
 //!   certificate names.
 //! - [`metrics`]: etcd's Prometheus metrics.
-//! - [`error`]: errors as types; [`allocator`]: mimalloc's settings.
+//! - [`clock`]: the time, behind a seam a simulator can fill;
+//! - [`error`]: errors as types; [`halt`]: a fault that stops the member,
+//!   carried up to `main` (nothing below `main` exits the process);
+//!   [`allocator`]: mimalloc's settings.
 //!
 //! # A write, end to end
 //! `api::kv` checks the request and calls `Member::propose`, which
@@ -44,9 +47,11 @@ pub mod allocator;
 pub(crate) mod api;
 pub(crate) mod apply;
 pub(crate) mod auth;
+pub(crate) mod clock;
 pub mod config;
 pub(crate) mod error;
 pub mod flags;
+pub(crate) mod halt;
 pub(crate) mod member;
 pub(crate) mod membership;
 pub mod metrics;

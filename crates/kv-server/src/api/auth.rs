@@ -48,11 +48,11 @@ impl AuthService {
         request: &Request<T>,
         allowed: impl FnOnce(&AuthState, &str) -> bool,
     ) -> Result<(), Status> {
-        if !self.member.auth.enabled() {
+        if !self.member.auth_enabled() {
             return Ok(());
         }
         let user = self.member.user_of(request.metadata(), request.extensions()).await?;
-        let state = self.member.auth.state();
+        let state = self.member.auth_state();
         match state.admin(&user) {
             Err(_) if allowed(&state, &user) => Ok(()),
             checked => Ok(checked?),
@@ -97,7 +97,7 @@ impl Auth for AuthService {
     ) -> Result<Response<pb::AuthStatusResponse>, Status> {
         self.admin(&request).await?;
         self.linearized().await?;
-        let state = self.member.auth.state();
+        let state = self.member.auth_state();
         Ok(Response::new(pb::AuthStatusResponse {
             header: self.member.current_header(),
             enabled: state.enabled,
@@ -140,7 +140,7 @@ impl Auth for AuthService {
         let name = &request.get_ref().name;
         self.admin_or(&request, |_, user| user == name).await?;
         self.linearized().await?;
-        let state = self.member.auth.state();
+        let state = self.member.auth_state();
         let user = state.users.get(name).ok_or(crate::error::RequestError::UserNotFound)?;
         Ok(Response::new(pb::AuthUserGetResponse {
             header: self.member.current_header(),
@@ -156,7 +156,7 @@ impl Auth for AuthService {
         self.linearized().await?;
         Ok(Response::new(pb::AuthUserListResponse {
             header: self.member.current_header(),
-            users: self.member.auth.state().users.keys().cloned().collect(),
+            users: self.member.auth_state().users.keys().cloned().collect(),
         }))
     }
 
@@ -216,7 +216,7 @@ impl Auth for AuthService {
         self.admin_or(&request, |state, user| state.has_role(user, role))
             .await?;
         self.linearized().await?;
-        let state = self.member.auth.state();
+        let state = self.member.auth_state();
         let found = state.roles.get(role).ok_or(crate::error::RequestError::RoleNotFound)?;
         Ok(Response::new(pb::AuthRoleGetResponse {
             header: self.member.current_header(),
@@ -232,7 +232,7 @@ impl Auth for AuthService {
         self.linearized().await?;
         Ok(Response::new(pb::AuthRoleListResponse {
             header: self.member.current_header(),
-            roles: self.member.auth.state().roles.keys().cloned().collect(),
+            roles: self.member.auth_state().roles.keys().cloned().collect(),
         }))
     }
 

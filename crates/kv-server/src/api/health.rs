@@ -209,11 +209,11 @@ async fn run_check(member: &Member, check: &str) -> Result<(), String> {
             member.linearize().await.map_err(|error| error.to_string())?;
             local_read(member)
         }
-        "data_corruption" => match member.store.has_alarm(ALARM_CORRUPT) {
+        "data_corruption" => match member.has_alarm(ALARM_CORRUPT) {
             true => Err("alarm activated: CORRUPT".into()),
             false => Ok(()),
         },
-        "non_learner" => match member.membership.local_is_learner() {
+        "non_learner" => match member.is_learner() {
             true => Err("not supported for learner".into()),
             false => Ok(()),
         },
@@ -232,8 +232,7 @@ fn local_read(member: &Member) -> Result<(), String> {
         ..Default::default()
     };
     member
-        .store
-        .range(&request)
+        .read_range(&request)
         .map(|_| ())
         .map_err(|error| error.to_string())
 }
@@ -278,7 +277,6 @@ async fn health(member: Arc<Member>, method: Method, query: Option<String>) -> R
 /// Why `/health` is unhealthy, or `None`: etcd's steps in etcd's order.
 async fn health_reason(member: &Member, serializable: bool, excluded: &[String]) -> Option<String> {
     let alarm = member
-        .store
         .alarms()
         .into_iter()
         .map(|alarm| alarm_name(alarm.kind))

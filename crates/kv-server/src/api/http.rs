@@ -1,7 +1,6 @@
 //! Plain HTTP on the client port, as etcd serves it: `/version`,
 //! `/metrics`, and the health endpoints of `api::health`.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::routing::get;
@@ -18,14 +17,14 @@ async fn metrics_text(member: Arc<Member>) -> impl axum::response::IntoResponse 
     let leader = member.leader();
     metrics.server.has_leader.set(i64::from(leader != 0));
     metrics.server.is_leader.set(i64::from(leader == member.member_id()));
-    metrics.server.proposals_committed.set(member.status.committed() as i64);
-    metrics.server.proposals_applied.set(member.status.applied() as i64);
-    metrics.server.proposals_pending.set(member.waiters.len() as i64);
+    metrics.server.proposals_committed.set(member.committed_index() as i64);
+    metrics.server.proposals_applied.set(member.applied_index() as i64);
+    metrics.server.proposals_pending.set(member.pending_proposals() as i64);
     let mvcc = &metrics.mvcc;
-    mvcc.db_total_size.set(member.disk_bytes.load(Ordering::Relaxed) as i64);
-    mvcc.db_total_size_in_use
-        .set(member.live_bytes.load(Ordering::Relaxed) as i64);
-    mvcc.keys_total.set(member.store.indexed_keys() as i64);
+    let (disk_bytes, live_bytes) = member.sampled_sizes();
+    mvcc.db_total_size.set(disk_bytes as i64);
+    mvcc.db_total_size_in_use.set(live_bytes as i64);
+    mvcc.keys_total.set(member.indexed_keys() as i64);
     (
         [(
             axum::http::header::CONTENT_TYPE,

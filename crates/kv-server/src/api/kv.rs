@@ -3,9 +3,10 @@
 //!
 //! Writes are checked as etcd checks them before proposing, then go to the
 //! member core, which answers once the entry has applied on this member.
-//! Linearizable ranges wait for a ReadIndex round (shared by every read
+//! Ranges and read-only txns are served by the core (`member/read.rs`):
+//! linearizable ones wait for a ReadIndex round (shared by every read
 //! waiting at that moment) and for the member to apply up to it;
-//! serializable ranges read locally.
+//! serializable ones read locally.
 
 use std::sync::Arc;
 
@@ -14,8 +15,6 @@ use tonic::{Request, Response, Status};
 use crate::api::errors::store_status;
 use crate::api::range_stream::{range_stream, RangeStream};
 use crate::auth::perms::Access;
-use crate::auth::Caller;
-use crate::error::RequestError;
 use crate::member::auth::txn_touches;
 use crate::member::core::Member;
 use crate::proto::convert;
@@ -28,15 +27,6 @@ pub struct KvService {
     pub member: Arc<Member>,
 }
 
-/// A build broken on purpose, to show the robustness suite catches it:
-/// with the `kv::stale_read` failpoint set, linearizable ranges skip the
-/// ReadIndex round and read whatever this member has applied. Off (and
-/// compiled out) unless the `failpoints` feature and the failpoint are on.
-fn stale_reads_on_purpose() -> bool {
-    fail::fail_point!("kv::stale_read", |_| true);
-    false
-}
-
 /// etcd's `isTxnReadonly`: every operation of both branches a range.
 fn txn_is_read_only(request: &pb::TxnRequest) -> bool {
     use pb::request_op::Request;
@@ -45,34 +35,6 @@ fn txn_is_read_only(request: &pb::TxnRequest) -> bool {
         .iter()
         .chain(&request.failure)
         .all(|op| matches!(op.request, Some(Request::RequestRange(_))))
-}
-
-/// etcd's `isTxnSerializable`: every range of both branches serializable.
-fn txn_is_serializable(request: &pb::TxnRequest) -> bool {
-    use pb::request_op::Request;
-    request
-        .success
-        .iter()
-        .chain(&request.failure)
-        .all(|op| matches!(&op.request, Some(Request::RequestRange(range)) if range.serializable))
-}
-
-impl KvService {
-    /// A txn of ranges, served as etcd serves one: without raft or the
-    /// WAL, after a ReadIndex round unless every range is serializable,
-    /// from one view of this member's store.
-    async fn read_txn(&self, request: pb::TxnRequest, caller: &Caller) -> Result<Response<pb::TxnResponse>, Status> {
-        let serializable = txn_is_serializable(&request);
-        let checked = convert::txn_request(request).map_err(|e| store_status(&e))?;
-        mvcc::validate::check_txn(&checked, self.member.config.max_txn_ops).map_err(|e| store_status(&e))?;
-        if !serializable && !stale_reads_on_purpose() {
-            self.member.linearize().await?;
-        }
-        let response = self.member.store.read_txn(&checked).map_err(|e| store_status(&e))?;
-        self.member.still_authorized(caller)?;
-        let header = self.member.header(response.revision);
-        Ok(Response::new(convert::txn_response(response, header)))
-    }
 }
 
 #[tonic::async_trait]
@@ -94,27 +56,8 @@ impl Kv for KvService {
             .member
             .authorize(request.metadata(), request.extensions(), &[touch])
             .await?;
-        let request = request.into_inner();
-        if request.key.is_empty() {
-            return Err(store_status(&mvcc::Error::EmptyKey));
-        }
-        if !request.serializable && self.member.membership.local_is_learner() {
-            return Err(RequestError::NotSupportedForLearner.into());
-        }
-        if !request.serializable && !stale_reads_on_purpose() {
-            self.member.linearize().await?;
-        }
-        let response = self
-            .member
-            .store
-            .range(&convert::range_request(request))
-            .map_err(|e| store_status(&e))?;
-        // As etcd: a read checked at an auth revision that changed while
-        // it ran is not answered.
-        self.member.still_authorized(&caller)?;
-        crate::metrics::metrics().mvcc.range_total.inc();
-        let header = self.member.header(response.revision);
-        Ok(Response::new(convert::range_response(response, header)))
+        let response = self.member.range(request.into_inner(), &caller).await?;
+        Ok(Response::new(response))
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
@@ -198,10 +141,10 @@ impl Kv for KvService {
         drop(touches);
         let request = request.into_inner();
         if txn_is_read_only(&request) {
-            return self.read_txn(request, &caller).await;
+            return Ok(Response::new(self.member.read_txn(request, &caller).await?));
         }
         let checked = convert::txn_request(request.clone()).map_err(|e| store_status(&e))?;
-        mvcc::validate::check_txn(&checked, self.member.config.max_txn_ops).map_err(|e| store_status(&e))?;
+        mvcc::validate::check_txn(&checked, self.member.config().max_txn_ops).map_err(|e| store_status(&e))?;
         let put_bytes = checked.put_bytes();
         if put_bytes > 0 {
             self.member.check_quota(put_bytes).await?;

@@ -36,7 +36,6 @@ pub async fn gate_and_count(State(member): State<Arc<Member>>, request: Request,
 /// The answer to a call this member may not serve: everything passes
 /// while it votes.
 fn refusal(member: &Member, path: &str) -> Option<Response> {
-    let refused =
-        member.membership.local_is_learner() && path.starts_with("/etcdserverpb.") && !LEARNER_METHODS.contains(&path);
+    let refused = member.is_learner() && path.starts_with("/etcdserverpb.") && !LEARNER_METHODS.contains(&path);
     refused.then(|| tonic::Status::from(RequestError::NotSupportedForLearner).into_http::<axum::body::Body>())
 }

@@ -102,7 +102,6 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
         let leases = self
             .member
-            .store
             .leases()
             .into_iter()
             .map(|(id, _)| pb::LeaseStatus { id })

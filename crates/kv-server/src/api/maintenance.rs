@@ -18,7 +18,6 @@ use crate::member::core::Member;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::etcdserverpb::maintenance_server::Maintenance;
 use crate::proto::kvserverpb::raft_request;
-use crate::storage::backup;
 use crate::storage::layout::DataDir;
 
 /// The etcd version this server speaks. Clients and tools read it from
@@ -79,7 +78,7 @@ impl Maintenance for MaintenanceService {
         let alarms: Vec<mvcc::Alarm> = if request.action == pb::alarm_request::AlarmAction::Get as i32 {
             self.member.linearize().await?;
             let kind = request.alarm;
-            let raised = self.member.store.alarms().into_iter();
+            let raised = self.member.alarms().into_iter();
             raised.filter(|alarm| kind == 0 || alarm.kind == kind).collect()
         } else {
             match self.member.propose(raft_request::Request::Alarm(request)).await? {
@@ -95,20 +94,20 @@ impl Maintenance for MaintenanceService {
 
     async fn status(&self, _: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         let member = &self.member;
-        let db_size = member.store.size_on_disk().map_err(|e| store_status(&e))? as i64;
+        let db_size = member.size_on_disk().map_err(|e| store_status(&e))? as i64;
         Ok(Response::new(pb::StatusResponse {
             header: member.current_header(),
             version: ETCD_API_VERSION.to_string(),
             db_size,
             leader: member.leader(),
-            raft_index: member.status.committed(),
-            raft_term: member.status.term(),
-            raft_applied_index: member.status.applied(),
+            raft_index: member.committed_index(),
+            raft_term: member.term(),
+            raft_applied_index: member.applied_index(),
             errors: status_errors(member),
             // Counted from time to time (see `Member::live_bytes`); never
             // more than the size.
-            db_size_in_use: (member.live_bytes.load(Ordering::Acquire) as i64).min(db_size),
-            is_learner: member.membership.get().local().is_some_and(|local| local.is_learner),
+            db_size_in_use: (member.sampled_sizes().1 as i64).min(db_size),
+            is_learner: member.membership().local().is_some_and(|local| local.is_learner),
         }))
     }
 
@@ -149,10 +148,10 @@ impl Maintenance for MaintenanceService {
             .await?;
         let permit = self.backups.clone().acquire_owned().await.expect("never closed");
         let n = self.next_backup.fetch_add(1, Ordering::Relaxed);
-        let path = DataDir::new(self.member.config.data_dir()).backup(n);
-        let store = self.member.store.clone();
+        let path = DataDir::new(self.member.config().data_dir()).backup(n);
+        let member = self.member.clone();
         let written = path.clone();
-        let written = tokio::task::spawn_blocking(move || backup::write(&store, &written))
+        let written = tokio::task::spawn_blocking(move || member.write_backup(&written))
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
         // Unlinked at once: the open file lives until it is sent, and
@@ -187,7 +186,6 @@ impl Maintenance for MaintenanceService {
 /// form, then "no leader" while the member knows of none.
 fn status_errors(member: &Member) -> Vec<String> {
     let mut errors: Vec<String> = member
-        .store
         .alarms()
         .into_iter()
         .map(|alarm| alarm_text(&alarm_member(alarm)))

@@ -39,7 +39,7 @@ impl Peer for PeerService {
         let mut stream = request.into_inner();
         let mut received: Option<(u64, crate::metrics::handles::Counter)> = None;
         while let Some(batch) = stream.message().await? {
-            let removed = self.member.membership.get().removed.contains(&batch.from);
+            let removed = self.member.membership().removed.contains(&batch.from);
             let counter = match &received {
                 Some((from, counter)) if *from == batch.from => counter,
                 _ => {
@@ -96,7 +96,7 @@ impl Peer for PeerService {
     }
 
     async fn members(&self, _: Request<MembersRequest>) -> Result<Response<MembershipRecord>, Status> {
-        Ok(Response::new(self.member.membership.get().record()))
+        Ok(Response::new(self.member.membership().record()))
     }
 
     async fn member_promote(

@@ -125,10 +125,7 @@ fn chunk(response: pb::RangeResponse) -> Result<pb::RangeStreamResponse, Status>
 /// negative limit (no limit, one chunk, as etcd) and a sort target with
 /// no order. Ok(false) when the client went away.
 async fn send_whole(member: &Member, request: &pb::RangeRequest, out: &Out) -> Result<bool, Status> {
-    let whole = member
-        .store
-        .range(&convert::range_request(request.clone()))
-        .map_err(|e| store_status(&e))?;
+    let whole = member.read_range(&convert::range_request(request.clone()))?;
     let header = member.header(whole.revision);
     let mut response = convert::range_response(whole, header);
     let mut kvs = std::mem::take(&mut response.kvs).into_iter().peekable();
@@ -143,7 +140,7 @@ async fn send_whole(member: &Member, request: &pb::RangeRequest, out: &Out) -> R
             kvs: part,
             ..pb::RangeResponse::default()
         };
-        size = next_chunk_keys(size as i64, part.encoded_len(), member.config.max_request_bytes) as usize;
+        size = next_chunk_keys(size as i64, part.encoded_len(), member.config().max_request_bytes) as usize;
         if out.send(chunk(part)).await.is_err() {
             return Ok(false);
         }
@@ -159,7 +156,7 @@ async fn send_chunks(member: &Member, request: &pb::RangeRequest, out: &Out) -> 
     let mut streamed: i64 = 0;
     let mut header_revision = 0;
     loop {
-        let part = member.store.range(&read).map_err(|e| store_status(&e))?;
+        let part = member.read_range(&read)?;
         if header_revision == 0 {
             header_revision = part.revision;
             if read.revision == 0 {
@@ -190,7 +187,7 @@ async fn send_chunks(member: &Member, request: &pb::RangeRequest, out: &Out) -> 
         }
         streamed += keys;
         read.key = next_key.expect("a chunk with more after it has keys");
-        read.limit = next_chunk_keys(read.limit, size, member.config.max_request_bytes).min(total_limit - streamed);
+        read.limit = next_chunk_keys(read.limit, size, member.config().max_request_bytes).min(total_limit - streamed);
     }
 }
 

@@ -22,7 +22,9 @@ use crate::apply::decode::{decode, Decoded};
 use crate::apply::input::ApplyInput;
 use crate::auth::state::AuthState;
 use crate::auth::{Auth, Caller};
-use crate::error::{fatal, RequestError};
+use crate::clock::Clock;
+use crate::error::RequestError;
+use crate::halt::Fatal;
 use crate::member::lessor::Lessor;
 use crate::member::waiters::Waiters;
 use crate::member::watch_hub::{Published, WatchHub};
@@ -43,7 +45,7 @@ pub const COMPACTION_SLEEP_INTERVAL_DEFAULT: Duration = Duration::from_millis(10
 
 /// What the stage works with; it alone writes the store, answers writers
 /// and moves the applied index.
-pub struct Stage {
+pub struct StageParts {
     pub member_id: u64,
     pub dir: DataDir,
     pub store: Arc<mvcc::Store>,
@@ -82,72 +84,126 @@ struct Batch {
     auth: Option<AuthState>,
 }
 
+/// The stage: its parts, and what its loop carries from one input to the
+/// next.
+pub struct Stage {
+    parts: StageParts,
+    /// Linearizable reads waiting for the applied index to reach theirs.
+    reads: Vec<(u64, Vec<ReadWaiter>)>,
+    /// A flush's answer the raft loop's full queue did not take yet.
+    flushed: Option<NodeInput>,
+    /// When the next step of queued compaction work may run.
+    next_step: Option<Instant>,
+    /// Whether entries came since the last compaction step: a member
+    /// that applied none is idle, and compacts at etcd's pace.
+    applied_since_step: bool,
+    /// The time, for pacing compaction and for the waits.
+    clock: Arc<dyn Clock>,
+}
+
 impl Stage {
-    /// Runs until the raft loop closes the queue.
-    pub fn run(self, inputs: Receiver<ApplyInput>) {
-        let mut reads: Vec<(u64, Vec<ReadWaiter>)> = Vec::new();
-        // A flush's answer the raft loop's full queue did not take yet.
-        let mut flushed: Option<NodeInput> = None;
-        self.status.set_applied(self.store.consistent_index());
-        let mut next_step = Instant::now();
-        // Whether entries came since the last compaction step: a member
-        // that applied none is idle, and compacts at etcd's pace.
-        let mut applied_since_step = false;
-        loop {
-            if let Some(answer) = flushed.take() {
-                flushed = self.tell_raft(answer);
-            }
-            // Queued compaction work goes a step at a time, paced, between
-            // inputs (mvcc's compaction.rs).
-            let compacting = self.store.compaction_pending();
-            if compacting && Instant::now() >= next_step {
-                let started = Instant::now();
-                self.compact_step();
-                next_step = Instant::now() + self.compaction_pause(started.elapsed(), applied_since_step);
-                applied_since_step = false;
-            }
-            let wait = match compacting {
-                true => next_step
-                    .saturating_duration_since(Instant::now())
-                    .min(mvcc::OPEN_BATCH_AGE_MAX),
-                false => mvcc::OPEN_BATCH_AGE_MAX,
-            };
-            let input = match inputs.recv_timeout(wait) {
-                Ok(input) => input,
-                Err(RecvTimeoutError::Timeout) => {
-                    if let Err(error) = self.store.commit() {
-                        fatal("the store failed to write applied entries", &error);
-                    }
-                    continue;
-                }
-                Err(RecvTimeoutError::Disconnected) => return,
-            };
-            match input {
-                ApplyInput::Entries(entries) => {
-                    applied_since_step = true;
-                    self.apply_entries(entries);
-                }
-                ApplyInput::Restore { index, term } => self.restore(index, term),
-                ApplyInput::Read { index, waiters } => reads.push((index, waiters)),
-                ApplyInput::Dropped { sequence, error } => self.waiters.answer(sequence, Err(error)),
-                ApplyInput::Flush { index, term } => {
-                    if let Err(error) = self.store.flush() {
-                        fatal("the store could not flush", &error);
-                    }
-                    flushed = self.tell_raft(NodeInput::Flushed { index, term });
-                }
-            }
-            let applied = self.status.applied();
-            reads.retain_mut(|(index, waiters)| {
-                if *index > applied {
-                    return true;
-                }
-                for waiter in waiters.drain(..) {
-                    let _ = waiter.send(Ok(()));
-                }
-                false
-            });
+    /// The stage on `clock` (the real one, `clock::RealClock`, for a
+    /// running member).
+    pub fn new(parts: StageParts, clock: Arc<dyn Clock>) -> Stage {
+        parts.status.set_applied(parts.store.consistent_index());
+        Stage {
+            parts,
+            reads: Vec::new(),
+            flushed: None,
+            next_step: None,
+            applied_since_step: false,
+            clock,
         }
+    }
+
+    /// Runs until the raft loop closes the queue, or until the store
+    /// fails: then it returns the fault, and closing its queue tells the
+    /// raft loop. [`Stage::prepare`], [`Stage::next_wake`] and
+    /// [`Stage::take`] are the loop's body, for a caller that delivers
+    /// the inputs itself.
+    pub fn run(mut self, inputs: Receiver<ApplyInput>) -> Result<(), Fatal> {
+        loop {
+            self.prepare()?;
+            let now = self.clock.now();
+            let wait = self.next_wake().saturating_duration_since(now);
+            match inputs.recv_timeout(wait) {
+                Ok(input) => self.take(Some(input))?,
+                Err(RecvTimeoutError::Timeout) => self.take(None)?,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+        }
+    }
+
+    /// Before waiting for input: hands the raft loop a flush's answer its
+    /// queue did not take, and runs a step of queued compaction work if
+    /// one is due (a step at a time, paced, between inputs: mvcc's
+    /// compaction.rs).
+    pub fn prepare(&mut self) -> Result<(), Fatal> {
+        if let Some(answer) = self.flushed.take() {
+            self.flushed = self.tell_raft(answer);
+        }
+        let started = self.clock.now();
+        if !self.parts.store.compaction_pending() || started < *self.next_step.get_or_insert(started) {
+            return Ok(());
+        }
+        self.compact_step()?;
+        let now = self.clock.now();
+        let took = now.saturating_duration_since(started);
+        self.next_step = Some(now + self.compaction_pause(took, self.applied_since_step));
+        self.applied_since_step = false;
+        Ok(())
+    }
+
+    /// Until when the stage waits for input: the next compaction step,
+    /// if there is work, and no longer than the open batch's age bound,
+    /// after which it commits.
+    pub fn next_wake(&self) -> Instant {
+        let now = self.clock.now();
+        let latest = now + mvcc::OPEN_BATCH_AGE_MAX;
+        match (self.parts.store.compaction_pending(), self.next_step) {
+            (true, Some(step)) => step.max(now).min(latest),
+            (true, None) => now,
+            (false, _) => latest,
+        }
+    }
+
+    /// Takes one input; `None` when the wait ended without one, which
+    /// commits the store's open batch. Then answers the reads the applied
+    /// index has reached.
+    pub fn take(&mut self, input: Option<ApplyInput>) -> Result<(), Fatal> {
+        let Some(input) = input else {
+            return self
+                .parts
+                .store
+                .commit()
+                .map_err(|error| Fatal::new("the store failed to write applied entries", &error));
+        };
+        match input {
+            ApplyInput::Entries(entries) => {
+                self.applied_since_step = true;
+                self.apply_entries(entries)?;
+            }
+            ApplyInput::Restore { index, term } => self.restore(index, term)?,
+            ApplyInput::Read { index, waiters } => self.reads.push((index, waiters)),
+            ApplyInput::Dropped { sequence, error } => self.parts.waiters.answer(sequence, Err(error)),
+            ApplyInput::Flush { index, term } => {
+                if let Err(error) = self.parts.store.flush() {
+                    return Err(Fatal::new("the store could not flush", &error));
+                }
+                self.flushed = self.tell_raft(NodeInput::Flushed { index, term });
+            }
+        }
+        let applied = self.parts.status.applied();
+        self.reads.retain_mut(|(index, waiters)| {
+            if *index > applied {
+                return true;
+            }
+            for waiter in waiters.drain(..) {
+                let _ = waiter.send(Ok(()));
+            }
+            false
+        });
+        Ok(())
     }
 
     /// The pause after a compaction step that took `took`: etcd's sleep
@@ -157,46 +213,48 @@ impl Stage {
     /// writes. An idle member compacts as fast as etcd's.
     fn compaction_pause(&self, took: Duration, applied: bool) -> Duration {
         if !applied {
-            return self.compaction_sleep;
+            return self.parts.compaction_sleep;
         }
         let share = mvcc::pacing::pause_after(took, mvcc::compaction::COMPACTION_CPU_PERCENT);
-        self.compaction_sleep.max(share)
+        self.parts.compaction_sleep.max(share)
     }
 
     /// One step of the store's queued compaction work; a failure is the
     /// store's, and fatal, as a failed apply is.
-    fn compact_step(&self) {
-        if let Err(error) = self.store.compact_step() {
-            fatal("the store failed a step of compaction", &error);
-        }
+    fn compact_step(&self) -> Result<(), Fatal> {
+        self.parts
+            .store
+            .compact_step()
+            .map(drop)
+            .map_err(|error| Fatal::new("the store failed a step of compaction", &error))
     }
 
     /// Hands `answer` to the raft loop without waiting: it comes back when
     /// the loop's queue is full, to be tried again on the next turn. A
     /// stopped loop needs no answer.
     fn tell_raft(&self, answer: NodeInput) -> Option<NodeInput> {
-        match self.node.try_send(answer) {
+        match self.parts.node.try_send(answer) {
             Err(TrySendError::Full(answer)) => Some(answer),
             _ => None,
         }
     }
 
-    fn apply_entries(&self, entries: Vec<Entry>) {
+    fn apply_entries(&self, entries: Vec<Entry>) -> Result<(), Fatal> {
         let Some(last_index) = entries.last().map(|e| e.index) else {
-            return;
+            return Ok(());
         };
-        let already = self.store.consistent_index();
-        debug_assert!(
+        let already = self.parts.store.consistent_index();
+        assert!(
             entries.windows(2).all(|pair| pair[1].index == pair[0].index + 1),
             "committed entries are contiguous"
         );
-        debug_assert!(
+        assert!(
             entries[0].index <= already + 1,
             "entries from {} leave a gap after the applied {already}",
             entries[0].index
         );
         if last_index <= already {
-            return;
+            return Ok(());
         }
         let batch = self.decode_batch(&entries, already);
         // Tests stall the apply stage here (`kv::apply=1*sleep(ms)`) to hold
@@ -204,13 +262,13 @@ impl Stage {
         // suite crashes the member around the apply.
         fail::fail_point!("kv::apply");
         fail::fail_point!("kv::crash_before_apply", |_| std::process::abort());
-        let applied = self.apply_to_store(last_index, &batch.requests);
+        let applied = self.apply_to_store(last_index, &batch.requests)?;
         fail::fail_point!("kv::crash_after_apply", |_| std::process::abort());
         if let Some(membership) = batch.membership {
             self.publish_membership(membership);
         }
         if let Some(auth) = batch.auth {
-            self.auth.publish(auth);
+            self.parts.auth.publish(auth);
         }
         if batch
             .requests
@@ -220,8 +278,12 @@ impl Stage {
             fail::fail_point!("kv::crash_after_compact", |_| std::process::abort());
         }
         self.answer(batch.outcomes, applied);
-        debug_assert!(last_index > self.status.applied(), "the applied index moves forward");
-        self.status.set_applied(last_index);
+        assert!(
+            last_index > self.parts.status.applied(),
+            "the applied index moves forward"
+        );
+        self.parts.status.set_applied(last_index);
+        Ok(())
     }
 
     /// Decodes the entries after `already`. Membership changes (members'
@@ -230,11 +292,11 @@ impl Stage {
     /// permissions were checked at an older auth revision is refused.
     fn decode_batch(&self, entries: &[Entry], already: u64) -> Batch {
         let mut batch = Batch::default();
-        let before = self.membership.get();
-        let auth_before = self.auth.state();
+        let before = self.parts.membership.get();
+        let auth_before = self.parts.auth.state();
         for entry in entries.iter().filter(|entry| entry.index > already) {
             let current = batch.membership.as_ref().unwrap_or(&before);
-            let proposal = decode(entry, self.member_id, current);
+            let proposal = decode(entry, self.parts.member_id, current);
             let owner = proposal.owner;
             let auth = batch.auth.as_ref().unwrap_or(&auth_before);
             let stale = auth.enabled && proposal.caller.revision != 0 && proposal.caller.revision < auth.revision;
@@ -306,13 +368,13 @@ impl Stage {
         }
         match request {
             AuthChange::Authenticate(login) => {
-                self.auth.tokens.assign(&login.token_prefix, index, &login.name);
+                self.parts.auth.tokens.assign(&login.token_prefix, index, &login.name);
             }
-            AuthChange::UserDelete(delete) => self.auth.tokens.invalidate_user(&delete.name),
-            AuthChange::UserChangePassword(change) => self.auth.tokens.invalidate_user(&change.name),
+            AuthChange::UserDelete(delete) => self.parts.auth.tokens.invalidate_user(&delete.name),
+            AuthChange::UserChangePassword(change) => self.parts.auth.tokens.invalidate_user(&change.name),
             // At once, not when the batch is published: an enable later in
             // the batch must not bring back tokens made before.
-            AuthChange::Disable(_) => self.auth.tokens.clear(),
+            AuthChange::Disable(_) => self.parts.auth.tokens.clear(),
             _ => {}
         }
         None
@@ -321,41 +383,41 @@ impl Stage {
     /// The membership changed: every member's view and the peers raft
     /// sends to follow it; a member removed stops.
     fn publish_membership(&self, membership: Membership) {
-        self.peers.update(&membership);
+        self.parts.peers.update(&membership);
         let removed = membership.local().is_none();
-        self.membership.set(membership);
+        self.parts.membership.set(membership);
         if removed {
             tracing::warn!("this member was removed from the cluster; stopping");
-            self.stop.notify_one();
+            self.parts.stop.notify_one();
         }
     }
 
     /// Applies the batch's writes up to raft index `last_index`, keeps the
     /// leader's lease deadlines in step, and tells watchers.
-    fn apply_to_store(&self, last_index: u64, requests: &[mvcc::WriteRequest]) -> Vec<mvcc::Applied> {
-        let first = self.store.current_revision() + 1;
-        let mut applied = match self.store.apply(last_index, requests) {
+    fn apply_to_store(&self, last_index: u64, requests: &[mvcc::WriteRequest]) -> Result<Vec<mvcc::Applied>, Fatal> {
+        let first = self.parts.store.current_revision() + 1;
+        let mut applied = match self.parts.store.apply(last_index, requests) {
             Ok(applied) => applied,
-            Err(error) => fatal("the store failed to apply committed entries", &error),
+            Err(error) => return Err(Fatal::new("the store failed to apply committed entries", &error)),
         };
         for (request, result) in requests.iter().zip(&applied) {
             match (request, &result.response) {
-                (mvcc::WriteRequest::LeaseGrant(grant), Ok(_)) => self.lessor.granted(grant.id, grant.ttl),
-                (mvcc::WriteRequest::LeaseRevoke(revoke), Ok(_)) => self.lessor.revoked(revoke.id),
+                (mvcc::WriteRequest::LeaseGrant(grant), Ok(_)) => self.parts.lessor.granted(grant.id, grant.ttl),
+                (mvcc::WriteRequest::LeaseRevoke(revoke), Ok(_)) => self.parts.lessor.revoked(revoke.id),
                 _ => {}
             }
         }
         // Watchers hear of the changes before the writers are answered, as
         // etcd notifies them when the write's transaction ends.
-        let last = self.store.current_revision();
+        let last = self.parts.store.current_revision();
         if last >= first {
             let events = applied
                 .iter_mut()
                 .flat_map(|result| std::mem::take(&mut result.events))
                 .collect();
-            self.watch_hub.publish_changes(first, last, events);
+            self.parts.watch_hub.publish_changes(first, last, events);
         }
-        applied
+        Ok(applied)
     }
 
     /// Answers every waiter of the batch, in entry order.
@@ -371,7 +433,7 @@ impl Stage {
                 Some(Refused::Server(error)) => Err(error),
             };
             if let Some(sequence) = owner {
-                self.waiters.answer(sequence, result);
+                self.parts.waiters.answer(sequence, result);
             }
         }
         debug_assert!(applied.next().is_none(), "every result has its entry");
@@ -380,36 +442,41 @@ impl Stage {
     /// Installs a leader's snapshot: the store takes the pending file's
     /// contents (and flushes them), then the marker records it, so a restart
     /// replays from there, and the file goes.
-    fn restore(&self, index: u64, term: u64) {
+    fn restore(&self, index: u64, term: u64) -> Result<(), Fatal> {
         // Tests stop the member here (`kv::restore=return`): the WAL holds the
         // snapshot's record, the store does not yet hold its contents.
         fail::fail_point!("kv::restore", |_| {
-            fatal("failpoint kv::restore", &"stopping before installing a snapshot")
+            Err(Fatal::new(
+                "failpoint kv::restore",
+                &"stopping before installing a snapshot",
+            ))
         });
-        if let Err(error) = pending::restore(&self.store, index, &self.dir.pending_snapshot(index, term)) {
-            fatal("could not install a snapshot", &error);
+        if let Err(error) = pending::restore(&self.parts.store, index, &self.parts.dir.pending_snapshot(index, term)) {
+            return Err(Fatal::new("could not install a snapshot", &error));
         }
-        if let Err(error) = self.marker.record(index, term) {
-            fatal("could not record a snapshot", &error);
+        if let Err(error) = self.parts.marker.record(index, term) {
+            return Err(Fatal::new("could not record a snapshot", &error));
         }
-        pending::remove_through(&self.dir, index);
+        pending::remove_through(&self.parts.dir, index);
         match self
+            .parts
             .store
             .membership()
             .1
-            .map(|bytes| Membership::decode(&bytes, self.member_id))
+            .map(|bytes| Membership::decode(&bytes, self.parts.member_id))
         {
             Some(Ok(membership)) => self.publish_membership(membership),
-            Some(Err(error)) => fatal("a snapshot's membership does not decode", &error),
+            Some(Err(error)) => return Err(Fatal::new("a snapshot's membership does not decode", &error)),
             None => tracing::warn!("a snapshot without a membership"),
         }
-        match AuthState::decode(self.store.auth().as_deref()) {
-            Ok(auth) => self.auth.publish(auth),
-            Err(error) => fatal("a snapshot's auth state does not decode", &error),
+        match AuthState::decode(self.parts.store.auth().as_deref()) {
+            Ok(auth) => self.parts.auth.publish(auth),
+            Err(error) => return Err(Fatal::new("a snapshot's auth state does not decode", &error)),
         }
-        self.watch_hub.publish(Published::Restored);
-        let applied = self.store.consistent_index();
-        self.status.set_applied(applied);
+        self.parts.watch_hub.publish(Published::Restored);
+        let applied = self.parts.store.consistent_index();
+        self.parts.status.set_applied(applied);
         tracing::info!(index, term, applied, "installed a snapshot from the leader");
+        Ok(())
     }
 }

@@ -15,6 +15,7 @@ use tokio::sync::{oneshot, Notify};
 use crate::auth::{Auth, Caller};
 use crate::config::Config;
 use crate::error::RequestError;
+use crate::halt::Halt;
 use crate::member::lease_ids::LeaseIds;
 use crate::member::lessor::Lessor;
 use crate::member::waiters::{ProposalResult, Waiters};
@@ -56,37 +57,43 @@ pub struct MemberParts {
     pub node: SyncSender<NodeInput>,
     pub peers: Arc<PeerSet>,
     pub auth: Arc<Auth>,
+    /// Raised by the member's threads on a fault it cannot go on after.
+    pub halt: Halt,
+    /// Notified once the member is removed from the cluster (by the apply
+    /// stage).
+    pub stop: Arc<Notify>,
 }
 
 pub struct Member {
-    pub config: Config,
+    pub(super) config: Config,
     /// This member's and its cluster's ids, fixed for its lifetime.
-    pub local_id: u64,
-    pub cluster_id: u64,
+    pub(super) local_id: u64,
+    pub(super) cluster_id: u64,
     /// The membership now; the apply stage changes it.
-    pub membership: Arc<SharedMembership>,
+    pub(super) membership: Arc<SharedMembership>,
     /// The peers the raft loop sends to, and how long each has been up.
-    pub peers: Arc<PeerSet>,
+    pub(super) peers: Arc<PeerSet>,
     /// Notified once this member has been removed from the cluster: the
     /// server then stops.
-    pub stop: Arc<Notify>,
-    pub store: Arc<mvcc::Store>,
-    pub status: Arc<RaftStatus>,
-    pub waiters: Arc<Waiters>,
-    pub lessor: Arc<Lessor>,
-    pub watch_hub: Arc<WatchHub>,
+    pub(super) stop: Arc<Notify>,
+    pub(super) store: Arc<mvcc::Store>,
+    pub(super) status: Arc<RaftStatus>,
+    pub(super) waiters: Arc<Waiters>,
+    pub(super) lessor: Arc<Lessor>,
+    pub(super) watch_hub: Arc<WatchHub>,
     /// Users, roles and tokens; the apply stage publishes changes.
-    pub auth: Arc<Auth>,
+    pub(super) auth: Arc<Auth>,
     /// The store's size on disk, sampled by the server every 100 ms (the
     /// quota check reads this instead of asking sled per write).
-    pub disk_bytes: AtomicU64,
+    pub(super) disk_bytes: AtomicU64,
     /// Bytes of what the store holds (`Store::live_bytes`, kept by its
     /// commits), sampled with `disk_bytes` and after a defragmentation:
     /// Status's `dbSizeInUse`.
-    pub live_bytes: AtomicU64,
+    pub(super) live_bytes: AtomicU64,
     pub(super) node: SyncSender<NodeInput>,
     pub(super) leader_channels: PeerChannels,
     pub(super) lease_ids: LeaseIds,
+    halt: Halt,
 }
 
 /// etcd's NOSPACE `AlarmType`, which the store also refuses writes by.
@@ -101,6 +108,11 @@ pub fn queue_error<T>(error: TrySendError<T>) -> RequestError {
 }
 
 impl Member {
+    /// The member's fault signal: the server waits on it, and stops.
+    pub fn halt(&self) -> &Halt {
+        &self.halt
+    }
+
     pub fn new(parts: MemberParts) -> Member {
         let leader_channels = PeerChannels::new(parts.membership.clone(), REQUEST_TIMEOUT);
         let (local_id, cluster_id) = {
@@ -113,7 +125,7 @@ impl Member {
             cluster_id,
             membership: parts.membership,
             peers: parts.peers,
-            stop: Arc::new(Notify::new()),
+            stop: parts.stop,
             store: parts.store,
             status: parts.status,
             waiters: parts.waiters,
@@ -122,6 +134,7 @@ impl Member {
             auth: parts.auth,
             disk_bytes: AtomicU64::new(0),
             live_bytes: AtomicU64::new(0),
+            halt: parts.halt,
             node: parts.node,
             leader_channels,
             lease_ids: LeaseIds::new(local_id),

@@ -11,9 +11,13 @@
 //! - [`lessor`]: the leader's lease deadlines.
 //! - [`lease_ids`]: lease ids shaped as etcd's.
 //! - [`probe`]: the round trip to each peer, for the metrics.
+//! - [`read`]: Range and read-only Txn, served as etcd's server serves
+//!   them.
+//! - [`view`]: what the services read of the member's state.
 //! - [`reconfigure`]: membership changes, checked as etcd checks them.
 //! - [`waiters`]: clients waiting for their proposals to apply.
 //! - [`watch_hub`]: what the apply stage publishes to watch streams.
+//! - [`watch_source`]: what a watch stream reads of the core.
 
 pub mod auth;
 pub mod core;
@@ -22,6 +26,9 @@ pub mod lease;
 pub mod lease_ids;
 pub mod lessor;
 pub mod probe;
+pub mod read;
 pub mod reconfigure;
+pub mod view;
 pub mod waiters;
 pub mod watch_hub;
+pub mod watch_source;

@@ -30,7 +30,7 @@ use rustls::pki_types::ServerName;
 use rustls::ClientConnection;
 use tokio::sync::mpsc;
 
-use crate::error::fatal;
+use crate::halt::{Fatal, Halt};
 use crate::membership::Membership;
 use crate::metrics::handles::Counter;
 use crate::peer::channels::{raft_tls, PEER_CONNECT_TIMEOUT};
@@ -77,6 +77,11 @@ pub struct PeerSet {
     node: SyncSender<NodeInput>,
     runtime: tokio::runtime::Handle,
     snapshots_from: Arc<SnapshotSource>,
+    /// Raised when a peer says this member was removed.
+    halt: Halt,
+    /// Whether links to the peers are started: not for a member whose
+    /// raft messages go another way (the in-process cluster tests).
+    dials: bool,
 }
 
 impl PeerSet {
@@ -85,6 +90,8 @@ impl PeerSet {
         node: SyncSender<NodeInput>,
         runtime: &tokio::runtime::Handle,
         snapshots_from: &Arc<SnapshotSource>,
+        halt: &Halt,
+        dials: bool,
     ) -> Arc<PeerSet> {
         Arc::new(PeerSet {
             local,
@@ -93,12 +100,17 @@ impl PeerSet {
             node,
             runtime: runtime.clone(),
             snapshots_from: snapshots_from.clone(),
+            halt: halt.clone(),
+            dials,
         })
     }
 
     /// Sends to exactly the peers of `membership`: starts a link for each
     /// new peer (or one whose URL changed), and stops those of peers gone.
     pub fn update(self: &Arc<Self>, membership: &Membership) {
+        if !self.dials {
+            return;
+        }
         let mut links = self.links.lock();
         links.retain(|id, link| {
             let keep = membership
@@ -317,7 +329,7 @@ fn run_link(peers: &PeerSet, link: &Link, url: &str, woken: &UnixStream) {
                 Ok(watch) => {
                     *link.slot.lock() = Some(connection);
                     peers.set_active(link.peer, true);
-                    tend(link, &watch, woken);
+                    tend(peers, link, &watch, woken);
                     *link.slot.lock() = None;
                 }
                 Err(error) => tracing::debug!(peer = link.peer, %error, "peer socket unusable"),
@@ -334,7 +346,7 @@ fn run_link(peers: &PeerSet, link: &Link, url: &str, woken: &UnixStream) {
 /// Flushes what the raft loop could not write and watches for the peer's
 /// answer or the connection's end. Returns when the connection is gone
 /// or the link stopped.
-fn tend(link: &Link, watch: &TcpStream, woken: &UnixStream) {
+fn tend(peers: &PeerSet, link: &Link, watch: &TcpStream, woken: &UnixStream) {
     loop {
         if link.stopped() {
             return;
@@ -355,7 +367,14 @@ fn tend(link: &Link, watch: &TcpStream, woken: &UnixStream) {
         let Some(connection) = slot.as_mut() else { return };
         if events.readable {
             match connection.read_answer() {
-                Ok(Answer::Removed) => fatal("a peer refused this member", &REMOVED_MESSAGE),
+                Ok(Answer::Removed) => {
+                    // The member stops; so does this link.
+                    peers
+                        .halt
+                        .raise(Fatal::new("a peer refused this member", &REMOVED_MESSAGE));
+                    link.stop();
+                    return;
+                }
                 Ok(Answer::Nothing) => {}
                 Ok(Answer::Closed) => return,
                 Err(error) => return tracing::debug!(peer = link.peer, %error, "raft stream broke"),
@@ -693,7 +712,7 @@ mod tests {
             store: Arc::new(mvcc::Store::open(&data.store()).unwrap()),
             dir: data,
         });
-        let peers = PeerSet::new(1, node, runtime.handle(), &source);
+        let peers = PeerSet::new(1, node, runtime.handle(), &source, &Halt::default(), true);
         let link = peers.start_link(2, &format!("http://{address}")).unwrap();
         assert!(reaches(&link, &counts, Duration::from_secs(5)), "first contact");
         for round in 0..5 {

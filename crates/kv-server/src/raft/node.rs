@@ -6,6 +6,12 @@
 //! WAL's fdatasync. Every input queue is bounded. The loop sends to peers
 //! through an [`Outbox`] and hands committed entries to the apply stage;
 //! it knows nothing of gRPC, so its tests run it over channels.
+//!
+//! The loop's body is [`Node::turn`], which is given the time: [`Node::run`]
+//! drives it on the real clock, waiting on the input queue until
+//! [`Node::next_wake`]; a caller with a clock of its own can drive it
+//! turn by turn. A failure the member cannot go on after ends the loop
+//! with a [`Fatal`] (see `crate::halt`); nothing here exits the process.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -17,7 +23,8 @@ use raft::prelude::{ConfChange, Entry, EntryType, HardState, Ready};
 use raft::{Config as RaftConfig, RawNode, SnapshotStatus, StateRole, Storage};
 
 use crate::apply::input::{ApplyInput, APPLY_BACKLOG_MAX};
-use crate::error::{fatal, Error, RequestError};
+use crate::error::{Error, RequestError};
+use crate::halt::Fatal;
 use crate::membership::conf_change_refused;
 use crate::raft::input::{NodeInput, Outbox};
 use crate::raft::log::RaftLog;
@@ -87,7 +94,17 @@ pub struct NodeConfig {
     /// How long a proposal waits for a leader (see
     /// [`LEADER_WAIT_ELECTIONS`]).
     pub leader_wait: Duration,
+    /// Every election timeout exactly this many ticks (at least
+    /// `election_ticks`), instead of raft's draw from `election_ticks`
+    /// to twice that: raft-rs draws from a thread-local generator no seed
+    /// reaches, so a simulator fixes each member's timeout and picks it
+    /// from its own seed. `None` (raft's draw) for a real member.
+    pub fixed_election_ticks: Option<usize>,
 }
+
+/// How the loop tells whoever stopped it that it has: sent once the
+/// loop, and the WAL with it, is dropped.
+pub type StopReply = tokio::sync::oneshot::Sender<()>;
 
 /// What the loop is built from.
 pub struct NodeParts {
@@ -127,7 +144,12 @@ pub struct Node {
     /// been answered (`NodeInput::Flushed`).
     flush_pending: bool,
     /// Set by [`NodeInput::Stop`]: the loop ends after this turn's Ready.
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    stop: Option<StopReply>,
+    /// When raft is next ticked; set by the first turn.
+    next_tick: Option<Instant>,
+    /// Set by a failure the member cannot go on after (`fail`): the loop
+    /// takes no more inputs, handles no more Readies, and returns it.
+    fault: Option<Fatal>,
 }
 
 impl Node {
@@ -137,6 +159,10 @@ impl Node {
         let raft_config = RaftConfig {
             id: parts.config.id,
             election_tick: parts.config.election_ticks,
+            // 0 is raft's default, the range from the election tick to
+            // twice it.
+            min_election_tick: parts.config.fixed_election_ticks.unwrap_or(0),
+            max_election_tick: parts.config.fixed_election_ticks.map_or(0, |ticks| ticks + 1),
             heartbeat_tick: 1,
             applied,
             max_size_per_msg: MAX_SIZE_PER_MSG,
@@ -169,19 +195,21 @@ impl Node {
             apply_backlog: VecDeque::new(),
             flush_pending: false,
             stop: None,
+            next_tick: None,
+            fault: None,
         })
     }
 
-    /// Runs until every input sender is gone, or until told to stop.
-    pub fn run(mut self, inputs: Receiver<NodeInput>) {
-        let tick = self.config.tick_interval;
-        let mut next_tick = Instant::now() + tick;
+    /// Runs until every input sender is gone, or until told to stop, on
+    /// the real clock: waits for inputs until the next wake, takes every
+    /// input then queued (up to [`INPUTS_PER_READY_MAX`]), and takes a
+    /// turn. Returns the fault that stopped it, if one did: a failed WAL
+    /// write or a stopped apply stage. Nothing more is written or sent
+    /// after it.
+    pub fn run(mut self, inputs: Receiver<NodeInput>) -> Result<(), Fatal> {
         let mut turn = Vec::with_capacity(INPUTS_PER_READY_MAX);
         loop {
-            let mut wait = next_tick.saturating_duration_since(Instant::now());
-            if !self.apply_backlog.is_empty() {
-                wait = wait.min(APPLY_BACKLOG_RETRY);
-            }
+            let wait = self.next_wake(Instant::now()).saturating_duration_since(Instant::now());
             match inputs.recv_timeout(wait) {
                 Ok(input) => {
                     turn.push(input);
@@ -190,48 +218,103 @@ impl Node {
                     // their inputs too; returns at once on an idle core.
                     std::thread::yield_now();
                     turn.extend(inputs.try_iter().take(INPUTS_PER_READY_MAX - 1));
-                    self.take_turn(&mut turn);
                 }
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    // Whoever still waits on a held proposal hears why.
-                    for (_, input) in std::mem::take(&mut self.held) {
-                        self.refuse(input, RequestError::Stopped);
-                    }
-                    return;
+                Err(RecvTimeoutError::Disconnected) => return self.close(),
+            }
+            match self.turn(&mut turn, Instant::now()) {
+                Ok(None) => {}
+                Ok(Some(done)) => {
+                    // Dropping the loop closes the WAL and ends the apply
+                    // stage's input once it has applied what it was given.
+                    drop(self);
+                    let _ = done.send(());
+                    return Ok(());
+                }
+                Err(fault) => {
+                    self.refuse_held();
+                    return Err(fault);
                 }
             }
-            let now = Instant::now();
-            if now >= next_tick {
-                self.raw.tick();
-                next_tick += tick;
-                if next_tick < now {
-                    next_tick = now + tick;
-                }
-                for context in self.reads.retry(now) {
-                    self.raw.read_index(context);
-                }
-            }
-            if let Some(context) = self.reads.start_round(now) {
+        }
+    }
+
+    /// When the loop has something to do with no input: the next tick,
+    /// or, while the apply stage's backlog waits, a retry soon after
+    /// `now`. Before the first turn, at once.
+    pub fn next_wake(&self, now: Instant) -> Instant {
+        let Some(next_tick) = self.next_tick else { return now };
+        match self.apply_backlog.is_empty() {
+            true => next_tick,
+            false => next_tick.min(now + APPLY_BACKLOG_RETRY),
+        }
+    }
+
+    /// One turn of the loop at `now`: takes `inputs` (leaving the vector
+    /// empty), ticks raft if a tick is due, starts and retries ReadIndex
+    /// rounds, releases held proposals, then handles the Ready. The clock
+    /// is the caller's: the real one in [`Node::run`], a simulated one
+    /// elsewhere. Returns the stop's reply once told to stop (everything
+    /// of the turn is durable by then, and the loop must end), or the
+    /// fault the member cannot go on after.
+    pub fn turn(&mut self, inputs: &mut Vec<NodeInput>, now: Instant) -> Result<Option<StopReply>, Fatal> {
+        if let Some(fault) = &self.fault {
+            // Once failed, always: nothing more is taken or written.
+            inputs.clear();
+            return Err(fault.clone());
+        }
+        let next_tick = *self.next_tick.get_or_insert(now + self.config.tick_interval);
+        if !inputs.is_empty() {
+            self.take_turn(inputs, now);
+        }
+        if let Some(fault) = &self.fault {
+            return Err(fault.clone());
+        }
+        if now >= next_tick {
+            self.raw.tick();
+            let after = next_tick + self.config.tick_interval;
+            self.next_tick = Some(if after < now {
+                now + self.config.tick_interval
+            } else {
+                after
+            });
+            for context in self.reads.retry(now) {
                 self.raw.read_index(context);
             }
-            self.release_held(now);
-            self.drain_apply_backlog();
-            self.handle_ready();
-            if let Some(done) = self.stop.take() {
-                // Everything of this turn is durable; what still waits
-                // for a leader hears that the member stopped. Dropping
-                // the loop closes the WAL and ends the apply stage's
-                // input once it has applied what it was given.
-                for (_, input) in std::mem::take(&mut self.held) {
-                    self.refuse(input, RequestError::Stopped);
-                }
-                self.hand_over_backlog();
-                tracing::info!("raft loop stopped");
-                drop(self);
-                let _ = done.send(());
-                return;
-            }
+        }
+        if let Some(context) = self.reads.start_round(now) {
+            self.raw.read_index(context);
+        }
+        self.release_held(now);
+        self.drain_apply_backlog();
+        if let Err(fault) = self.handle_ready() {
+            self.fail(fault);
+        }
+        if let Some(fault) = &self.fault {
+            return Err(fault.clone());
+        }
+        let Some(done) = self.stop.take() else {
+            return Ok(None);
+        };
+        // What still waits for a leader hears that the member stopped.
+        self.refuse_held();
+        self.hand_over_backlog();
+        tracing::info!("raft loop stopped");
+        Ok(Some(done))
+    }
+
+    /// Every input sender is gone: whoever still waits on a held proposal
+    /// hears why, and the loop ends.
+    pub fn close(mut self) -> Result<(), Fatal> {
+        self.refuse_held();
+        self.fault.take().map_or(Ok(()), Err)
+    }
+
+    /// Whoever waits on a held proposal hears that the member stopped
+    /// (through the apply stage, if it still runs).
+    fn refuse_held(&mut self) {
+        for (_, input) in std::mem::take(&mut self.held) {
+            self.refuse(input, RequestError::Stopped);
         }
     }
 
@@ -251,7 +334,7 @@ impl Node {
         }
         if self.leader_usable() {
             for (_, input) in std::mem::take(&mut self.held) {
-                self.take(input);
+                self.take(input, now);
             }
             self.propose_pending();
             return;
@@ -281,11 +364,16 @@ impl Node {
     /// whatever commit index the messages advanced; meanwhile raft need
     /// not broadcast that commit on its own (TiKV's toggle). A turn
     /// without proposals broadcasts commits as usual.
-    fn take_turn(&mut self, turn: &mut Vec<NodeInput>) {
+    fn take_turn(&mut self, turn: &mut Vec<NodeInput>, now: Instant) {
         let proposing = self.leader_usable() && turn.iter().any(|input| matches!(input, NodeInput::Propose { .. }));
         self.raw.skip_bcast_commit(proposing);
         for input in turn.drain(..) {
-            self.take(input);
+            if self.fault.is_some() {
+                // The member is stopping: what is left of the turn is
+                // dropped with the loop.
+                continue;
+            }
+            self.take(input, now);
         }
         self.propose_pending();
         self.raw.skip_bcast_commit(false);
@@ -327,13 +415,14 @@ impl Node {
         self.proposals.clear();
     }
 
-    fn take(&mut self, input: NodeInput) {
+    /// Takes one input that arrived by `now`.
+    fn take(&mut self, input: NodeInput, now: Instant) {
         let proposal = matches!(input, NodeInput::Propose { .. } | NodeInput::ProposeConfChange { .. });
         if proposal && !self.leader_usable() {
             if self.held.len() >= HELD_PROPOSALS_MAX {
                 self.refuse(input, RequestError::NoLeader);
             } else {
-                self.held.push_back((Instant::now(), input));
+                self.held.push_back((now, input));
             }
             return;
         }
@@ -411,7 +500,7 @@ impl Node {
     /// raft, unless refused (see `membership::conf_change_refused`; the
     /// apply stage refuses the same ones), and keeps raft's storage's
     /// configuration in step for the snapshots it records.
-    fn apply_conf_changes(&mut self, entries: &[Entry]) {
+    fn apply_conf_changes(&mut self, entries: &[Entry]) -> Result<(), Fatal> {
         for entry in entries {
             if entry.get_entry_type() != EntryType::EntryConfChange {
                 continue;
@@ -428,16 +517,18 @@ impl Node {
             }
             match self.raw.apply_conf_change(&change) {
                 Ok(conf) => self.durable.memory.wl().set_conf_state(conf),
-                Err(error) => fatal("raft refused a membership change", &error),
+                Err(error) => return Err(Fatal::new("raft refused a membership change", &error)),
             }
         }
+        Ok(())
     }
 
     /// Handles one Ready in the order raft-rs documents, with etcd's
-    /// leader optimisation (Raft thesis §10.2.1).
-    fn handle_ready(&mut self) {
+    /// leader optimisation (Raft thesis §10.2.1). A fault ends it where it
+    /// happens: nothing after a failed WAL write is sent or advanced.
+    fn handle_ready(&mut self) -> Result<(), Fatal> {
         if !self.raw.has_ready() {
-            return;
+            return Ok(());
         }
         let mut ready = self.raw.ready();
 
@@ -449,17 +540,17 @@ impl Node {
 
         // 2. A snapshot from the leader, ahead of the entries after it.
         if !ready.snapshot().is_empty() {
-            self.install_snapshot(&ready);
+            self.install_snapshot(&ready)?;
         }
 
         // 3. Committed entries go to the apply stage. They are durable on
         //    a quorum already, so applying them need not wait for our own
         //    fsync below.
-        self.send_committed(ready.take_committed_entries());
+        self.send_committed(ready.take_committed_entries())?;
 
         // 4. New entries and the hard state: one WAL write and one
         //    fdatasync for the whole Ready.
-        self.persist(&ready.take_entries(), ready.hs());
+        self.persist(&ready.take_entries(), ready.hs())?;
 
         // 5. Read states: each answers one round of reads once applied.
         for read_state in ready.take_read_states() {
@@ -482,24 +573,25 @@ impl Node {
             self.durable.memory.wl().mut_hard_state().commit = commit;
         }
         self.outbox.send(light.take_messages());
-        self.send_committed(light.take_committed_entries());
+        self.send_committed(light.take_committed_entries())?;
         self.raw.advance_apply();
         self.maybe_snapshot();
         self.maybe_compact_log();
         let raft = &self.raw.raft;
         self.status.set_raft(raft.term, raft.leader_id, raft.raft_log.committed);
+        Ok(())
     }
 
     /// A snapshot from the leader: recorded in the WAL, handed to raft's
     /// log, and queued for the apply stage ahead of the entries that
     /// follow it, which restores the store from the pending file.
-    fn install_snapshot(&mut self, ready: &Ready) {
+    fn install_snapshot(&mut self, ready: &Ready) -> Result<(), Fatal> {
         let snapshot = ready.snapshot().clone();
         let metadata = snapshot.get_metadata();
         let (index, term) = (metadata.index, metadata.term);
-        debug_assert!(index > self.snapshot_index, "a leader's snapshot moves forward");
+        assert!(index > self.snapshot_index, "a leader's snapshot moves forward");
         if let Err(error) = self.durable.save_snapshot(index, term, metadata.get_conf_state()) {
-            fatal("WAL write failed", &error);
+            return Err(Fatal::new("WAL write failed", &error));
         }
         self.durable
             .memory
@@ -509,29 +601,30 @@ impl Node {
         self.snapshot_index = index;
         self.next_to_apply = index + 1;
         self.send_apply(ApplyInput::Restore { index, term });
+        Ok(())
     }
 
     /// Makes a Ready's entries and hard state durable. A failure stops the
     /// member: going on could acknowledge writes that are not on disk.
-    fn persist(&mut self, entries: &[Entry], hard_state: Option<&HardState>) {
-        debug_assert!(
+    fn persist(&mut self, entries: &[Entry], hard_state: Option<&HardState>) -> Result<(), Fatal> {
+        assert!(
             entries.windows(2).all(|pair| pair[1].index == pair[0].index + 1),
             "a Ready's entries are contiguous"
         );
-        debug_assert!(
+        assert!(
             entries
                 .first()
                 .is_none_or(|first| first.index <= self.durable.memory.last_index().unwrap_or(0) + 1),
             "new entries leave no gap after the log"
         );
-        debug_assert!(
+        assert!(
             hard_state.is_none_or(|hs| hs.commit >= self.durable.memory.rl().hard_state().commit),
             "the commit index never goes back"
         );
         tracing::debug!(entries = entries.len(), "ready");
-        if let Err(error) = self.durable.persist(entries, hard_state) {
-            fatal("WAL write failed", &error);
-        }
+        self.durable
+            .persist(entries, hard_state)
+            .map_err(|error| Fatal::new("WAL write failed", &error))
     }
 
     /// Every `--snapshot-count` applied entries: asks the apply stage to
@@ -559,14 +652,14 @@ impl Node {
         }
         let conf_state = self.log.conf_state();
         if let Err(error) = self.durable.save_snapshot(index, term, &conf_state) {
-            fatal("WAL write failed", &error);
+            return self.fail(Fatal::new("WAL write failed", &error));
         }
         if let Err(error) = self.marker.record(index, term) {
-            fatal("the snapshot marker could not be written", &error);
+            return self.fail(Fatal::new("the snapshot marker could not be written", &error));
         }
         let released = match self.durable.release_to(index) {
             Ok(released) => released,
-            Err(error) => fatal("the WAL could not release segments", &error),
+            Err(error) => return self.fail(Fatal::new("the WAL could not release segments", &error)),
         };
         self.compact_log(index);
         self.snapshot_index = index;
@@ -596,22 +689,23 @@ impl Node {
         }
     }
 
-    fn send_committed(&mut self, entries: Vec<Entry>) {
+    fn send_committed(&mut self, entries: Vec<Entry>) -> Result<(), Fatal> {
         let Some(first) = entries.first() else {
-            return;
+            return Ok(());
         };
-        self.apply_conf_changes(&entries);
-        debug_assert_eq!(
+        self.apply_conf_changes(&entries)?;
+        assert_eq!(
             first.index, self.next_to_apply,
             "committed entries follow the last ones"
         );
-        debug_assert!(
+        assert!(
             entries.windows(2).all(|pair| pair[1].index == pair[0].index + 1),
             "committed entries are contiguous"
         );
         self.next_to_apply = entries.last().map_or(self.next_to_apply, |last| last.index + 1);
         tracing::debug!(entries = entries.len(), "committed");
         self.send_apply(ApplyInput::Entries(entries));
+        Ok(())
     }
 
     /// Hands `input` to the apply stage without waiting: what its full
@@ -622,7 +716,7 @@ impl Node {
             match self.apply.try_send(input) {
                 Ok(()) => return,
                 Err(TrySendError::Full(input)) => self.apply_backlog.push_back(input),
-                Err(TrySendError::Disconnected(_)) => fatal("the apply stage stopped", &"its queue is closed"),
+                Err(TrySendError::Disconnected(_)) => return self.apply_stage_gone(),
             }
         } else {
             self.apply_backlog.push_back(input);
@@ -633,9 +727,25 @@ impl Node {
                 "the apply stage is far behind; waiting for it"
             );
             if !self.hand_over_backlog() {
-                fatal("the apply stage stopped", &"its queue is closed");
+                self.apply_stage_gone();
             }
         }
+    }
+
+    /// Records `fault`, unless one is recorded already: the loop returns
+    /// it at the end of the turn, before handling another Ready.
+    fn fail(&mut self, fault: Fatal) {
+        if self.fault.is_none() {
+            self.fault = Some(fault);
+        }
+    }
+
+    /// The apply stage's queue is closed: the stage stopped on a fault of
+    /// its own (which it raised), and nothing committed can be applied
+    /// and answered any more.
+    fn apply_stage_gone(&mut self) {
+        self.apply_backlog.clear();
+        self.fail(Fatal::new("the apply stage stopped", &"its queue is closed"));
     }
 
     /// The apply stage gets the whole backlog, waiting for room: past the
@@ -660,7 +770,7 @@ impl Node {
                     self.apply_backlog.push_front(input);
                     return;
                 }
-                Err(TrySendError::Disconnected(_)) => fatal("the apply stage stopped", &"its queue is closed"),
+                Err(TrySendError::Disconnected(_)) => return self.apply_stage_gone(),
             }
         }
     }

@@ -8,47 +8,36 @@
 //! the old leader catches up once it is back.
 //!
 //! Method: three members in one process, as raft-rs's `five_mem_node`
-//! example runs them. Each has its own temporary data directory and its
-//! loop and apply stage on threads of their own; their outboxes deliver
-//! raft messages into each other's input queues through a `Network` that
-//! can cut a member off. Ticks are 10 ms, so an election takes a fraction
+//! example runs them, each wired as the server wires a member
+//! (`server::wiring`), from flags, with its own temporary data directory
+//! and its loop and apply stage on threads of their own; their outboxes
+//! deliver raft messages into each other's input queues through a
+//! `Network` that can cut a member off. Ticks are 10 ms, so an election takes a fraction
 //! of a second. Every wait is bounded.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use prost::Message as _;
 use raft::prelude::Message;
 
-use crate::apply::input::APPLY_QUEUE_CAPACITY;
-use crate::apply::stage::Stage;
-use crate::auth::state::AuthState;
-use crate::auth::{Auth, Caller};
+use crate::auth::Caller;
+use crate::clock::RealClock;
 use crate::error::RequestError;
-use crate::member::lessor::Lessor;
-use crate::member::waiters::Waiters;
-use crate::member::watch_hub::WatchHub;
-use crate::membership::{Member as ClusterMember, Membership, SharedMembership};
-use crate::peer::snapshot_send::SnapshotSource;
-use crate::peer::transport::PeerSet;
+use crate::member::core::Member;
 use crate::proto::etcdserverpb as pb;
-use crate::proto::kvserverpb::{auth_request, raft_request, AuthRequest, RaftRequest};
-use crate::raft::input::{NodeInput, Outbox, NODE_INPUT_CAPACITY};
-use crate::raft::node::{Node, NodeConfig, NodeParts, SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT};
-use crate::raft::status::RaftStatus;
-use crate::server::start::bootstrap;
-use crate::storage::durable_log::DurableLog;
-use crate::storage::layout::DataDir;
-use crate::storage::marker::SnapshotMarker;
+use crate::proto::kvserverpb::{auth_request, raft_request, AuthRequest};
+use crate::raft::input::{NodeInput, Outbox};
+use crate::server::wiring::{self, Threads, World};
 
 /// Bounds every wait: an election or a commit takes well under a second
 /// at 10 ms ticks, even on a loaded machine.
 const WITHIN: Duration = Duration::from_secs(10);
 const TICK: Duration = Duration::from_millis(10);
-const VOTERS: [u64; 3] = [1, 2, 3];
+/// Members of the test cluster.
+const VOTERS: usize = 3;
 
 /// Delivers raft messages between members' input queues; a member cut
 /// off neither sends nor receives.
@@ -80,145 +69,86 @@ impl Outbox for ChannelOutbox {
 
 struct TestMember {
     id: u64,
-    /// The apply stage's thread, which ends once the raft loop has (its
-    /// queue's sender goes with the loop): joined on drop, so that no
-    /// store of a finished test writes into its removed directory.
-    stage: Option<std::thread::JoinHandle<()>>,
-    _dir: tempfile::TempDir,
+    member: Arc<Member>,
+    /// The raft loop's input, where the network delivers.
     input: SyncSender<NodeInput>,
-    status: Arc<RaftStatus>,
-    waiters: Arc<Waiters>,
-    store: Arc<mvcc::Store>,
-    auth: Arc<Auth>,
+    /// The member's threads, joined on drop, so that no store of a
+    /// finished test writes into its removed directory.
+    threads: Option<Threads>,
+    _dir: tempfile::TempDir,
 }
 
-fn start(id: u64, network: &Network) -> TestMember {
+/// Member `index` (0-based) of the test cluster, as the server wires
+/// one (`server::wiring`), its raft messages going over `network`.
+fn start(index: usize, network: &Network) -> TestMember {
     let temporary = tempfile::tempdir().unwrap();
-    let dir = DataDir::new(temporary.path().to_path_buf());
-    dir.create().unwrap();
-    let store = Arc::new(mvcc::Store::open(&dir.store()).unwrap());
-    let membership = Membership {
-        cluster_id: 1,
-        local_id: id,
-        members: VOTERS
-            .iter()
-            .map(|&id| ClusterMember {
-                id,
-                name: format!("m{id}"),
-                peer_urls: vec![format!("http://127.0.0.1:{}", 1000 + id)],
-                is_learner: false,
-                client_urls: Vec::new(),
-            })
-            .collect(),
-        removed: Vec::new(),
-    };
-    bootstrap(&dir, &membership, |index| {
-        store.apply(index, &[mvcc::WriteRequest::Membership(membership.encode())])?;
-        Ok(())
-    })
-    .unwrap();
-    let (log, owner) = DurableLog::open(&dir, &store, |_| Ok(membership.conf_state())).unwrap();
-    assert_eq!(owner.member_id, id);
-    let marker = Arc::new(SnapshotMarker::new(dir.snapshot_marker(), log.snapshot_index));
-    let status = Arc::new(RaftStatus::default());
-    let waiters = Arc::new(Waiters::default());
-    let (input, inputs) = sync_channel(NODE_INPUT_CAPACITY);
-    let (apply, applies) = sync_channel(APPLY_QUEUE_CAPACITY);
-    network.inputs.lock().insert(id, input.clone());
-    let source = Arc::new(SnapshotSource {
-        store: store.clone(),
-        dir: dir.clone(),
-    });
-    // Unused here (the network is channels), but the apply stage keeps it
-    // in step with the membership.
-    let peers = PeerSet::new(id, input.clone(), &tokio::runtime::Handle::current(), &source);
-    let parts = NodeParts {
-        config: NodeConfig {
-            id,
-            tick_interval: TICK,
-            election_ticks: 10,
-            snapshot_count: 100_000,
-            catch_up_entries: SNAPSHOT_CATCH_UP_ENTRIES_DEFAULT,
-            leader_wait: TICK * 20,
-        },
-        log,
-        store: store.clone(),
-        status: status.clone(),
-        marker: marker.clone(),
-        outbox: Box::new(ChannelOutbox {
+    let config = member_config(index, temporary.path());
+    let opened = crate::server::start::open(&config).expect("the data directory opens");
+    let id = opened.membership.local_id;
+    let world = World {
+        outbox: Some(Box::new(ChannelOutbox {
             from: id,
             network: network.clone(),
-        }),
-        apply,
+        })),
+        clock: Arc::new(RealClock),
     };
-    let node = Node::new(parts, &crate::raft::logger::logger()).unwrap();
-    let ttl = Duration::from_secs(crate::auth::tokens::TOKEN_TTL_DEFAULT_SECONDS);
-    let auth = Arc::new(Auth::new(AuthState::default(), ttl, crate::auth::BCRYPT_COST_DEFAULT));
-    let stage = Stage {
-        member_id: id,
-        dir: dir.clone(),
-        store: store.clone(),
-        status: status.clone(),
-        waiters: waiters.clone(),
-        lessor: Arc::new(Lessor::default()),
-        watch_hub: Arc::new(WatchHub::default()),
-        marker,
-        membership: Arc::new(SharedMembership::new(membership)),
-        peers,
-        auth: auth.clone(),
-        stop: Arc::new(tokio::sync::Notify::new()),
-        node: input.clone(),
-        compaction_sleep: crate::apply::stage::COMPACTION_SLEEP_INTERVAL_DEFAULT,
-    };
-    let stage = std::thread::spawn(move || stage.run(applies));
-    std::thread::spawn(move || node.run(inputs));
+    let wired = wiring::wire(&config, opened, &tokio::runtime::Handle::current(), world).unwrap();
+    network.inputs.lock().insert(id, wired.node_sender.clone());
+    let (member, input, threads) = wired.spawn().unwrap();
     TestMember {
         id,
-        stage: Some(stage),
-        _dir: temporary,
+        member,
         input,
-        status,
-        waiters,
-        store,
-        auth,
+        threads: Some(threads),
+        _dir: temporary,
     }
 }
 
+/// The flags of member `index`: a 3-member cluster, 10 ms ticks, an
+/// election timeout of 10 ticks.
+fn member_config(index: usize, dir: &std::path::Path) -> crate::config::Config {
+    let url = |i: usize| format!("http://127.0.0.1:{}", 1001 + i);
+    let cluster: Vec<String> = (0..VOTERS).map(|i| format!("m{i}={}", url(i))).collect();
+    let args: Vec<String> = [
+        "--name".to_string(),
+        format!("m{index}"),
+        "--data-dir".into(),
+        dir.display().to_string(),
+        "--initial-cluster".into(),
+        cluster.join(","),
+        "--initial-advertise-peer-urls".into(),
+        url(index),
+        "--heartbeat-interval".into(),
+        TICK.as_millis().to_string(),
+        "--election-timeout".into(),
+        (TICK * 10).as_millis().to_string(),
+    ]
+    .into();
+    crate::flags::parse(&args, &[]).expect("the test's flags parse").config
+}
+
 impl Drop for TestMember {
-    /// Stops the raft loop, then waits for the apply stage to end, before
-    /// the data directory is removed.
+    /// Stops the raft loop, then waits for both threads to end, before
+    /// the data directory is removed; neither may have met a fault.
     fn drop(&mut self) {
         let (done, _stopped) = tokio::sync::oneshot::channel();
-        if self.input.send(NodeInput::Stop(done)).is_ok() {
-            if let Some(stage) = self.stage.take() {
-                stage.join().expect("the apply stage ended cleanly");
-            }
+        let _ = self.input.send(NodeInput::Stop(done));
+        if let Some(threads) = self.threads.take() {
+            threads.join();
+        }
+        if !std::thread::panicking() {
+            assert_eq!(self.member.halt().raised(), None, "member {:x} met no fault", self.id);
         }
     }
 }
 
-/// Proposes `request` made by `caller` through `member`'s loop, as
-/// `Member::propose_as` does; the store's answer, or why it failed.
+/// Proposes `request` made by `caller` through `member`, as the API does.
 async fn propose(
     member: &TestMember,
     request: raft_request::Request,
     caller: &Caller,
 ) -> Result<mvcc::WriteResponse, RequestError> {
-    let (sequence, answer) = member.waiters.register();
-    let data = RaftRequest {
-        auth_revision: caller.revision,
-        user: caller.user.clone(),
-        member: member.id,
-        sequence,
-        request: Some(request),
-    }
-    .encode_to_vec();
-    member.input.try_send(NodeInput::Propose { sequence, data }).unwrap();
-    let applied = tokio::time::timeout(WITHIN, answer)
-        .await
-        .expect("answered in time")
-        .unwrap()?;
-    Ok(applied.response?)
+    member.member.propose_as(request, caller).await
 }
 
 /// Puts `key` through `member`'s loop as `caller`; the revision it
@@ -242,12 +172,7 @@ async fn put(member: &TestMember, key: &str) -> Result<i64, RequestError> {
 
 /// A linearizable read's wait on `member`.
 async fn read_index(member: &TestMember) -> Result<(), RequestError> {
-    let (reply, answer) = tokio::sync::oneshot::channel();
-    member.input.try_send(NodeInput::ReadIndex { reply }).unwrap();
-    tokio::time::timeout(WITHIN, answer)
-        .await
-        .expect("answered in time")
-        .unwrap()
+    member.member.linearize().await
 }
 
 /// Waits until `condition` holds, at most [`WITHIN`].
@@ -262,24 +187,24 @@ async fn eventually(what: &str, condition: impl Fn() -> bool) {
 /// The leader the given members agree on, once they do.
 async fn agreed_leader(members: &[&TestMember]) -> u64 {
     eventually("the members agree on a leader", || {
-        let leader = members[0].status.leader();
-        leader != 0 && members.iter().all(|m| m.status.leader() == leader)
+        let leader = members[0].member.leader();
+        leader != 0 && members.iter().all(|m| m.member.leader() == leader)
     })
     .await;
-    members[0].status.leader()
+    members[0].member.leader()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_over_channels() {
     let network = Network::default();
     // One member of three alone cannot elect a leader.
-    let first = start(VOTERS[0], &network);
+    let first = start(0, &network);
     assert!(
         matches!(put(&first, "early").await, Err(RequestError::NoLeader)),
         "a proposal before any election is refused"
     );
     let mut members = vec![first];
-    members.extend(VOTERS[1..].iter().map(|&id| start(id, &network)));
+    members.extend((1..VOTERS).map(|index| start(index, &network)));
     let by_id = |id: u64| members.iter().find(|m| m.id == id).unwrap();
 
     let leader = agreed_leader(&members.iter().collect::<Vec<_>>()).await;
@@ -291,28 +216,28 @@ async fn three_members_over_channels() {
     last = last.max(put(follower, "through-a-follower").await.unwrap());
     read_index(follower).await.unwrap();
     assert!(
-        follower.store.current_revision() >= last,
+        follower.member.current_revision() >= last,
         "a read after ReadIndex sees every acknowledged write"
     );
     eventually("every member applied every write", || {
-        members.iter().all(|m| m.store.current_revision() == last)
+        members.iter().all(|m| m.member.current_revision() == last)
     })
     .await;
 
     network.cut_off.lock().insert(leader);
     let others: Vec<&TestMember> = members.iter().filter(|m| m.id != leader).collect();
     eventually("the others elect a new leader", || {
-        let new = others[0].status.leader();
-        new != 0 && new != leader && others.iter().all(|m| m.status.leader() == new)
+        let new = others[0].member.leader();
+        new != 0 && new != leader && others.iter().all(|m| m.member.leader() == new)
     })
     .await;
-    let new_leader = by_id(others[0].status.leader());
+    let new_leader = by_id(others[0].member.leader());
     let after_change = put(new_leader, "after-the-change").await.unwrap();
     assert!(after_change > last);
 
     network.cut_off.lock().clear();
     eventually("the old leader catches up", || {
-        by_id(leader).store.current_revision() == after_change && by_id(leader).status.leader() == new_leader.id
+        by_id(leader).member.current_revision() == after_change && by_id(leader).member.leader() == new_leader.id
     })
     .await;
     network.inputs.lock().clear();
@@ -339,7 +264,7 @@ async fn change_auth(member: &TestMember, change: auth_request::Request, user: &
 async fn a_write_checked_before_an_auth_change_is_refused() {
     use auth_request::Request as Change;
     let network = Network::default();
-    let members: Vec<TestMember> = VOTERS.iter().map(|&id| start(id, &network)).collect();
+    let members: Vec<TestMember> = (0..VOTERS).map(|index| start(index, &network)).collect();
     let leader = agreed_leader(&members.iter().collect::<Vec<_>>()).await;
     let leader = members.iter().find(|m| m.id == leader).unwrap();
     let add_root = pb::AuthUserAddRequest {
@@ -356,7 +281,7 @@ async fn a_write_checked_before_an_auth_change_is_refused() {
     change_auth(leader, Change::Enable(Default::default()), "")
         .await
         .unwrap();
-    let checked = leader.auth.state().revision;
+    let checked = leader.member.auth_state().revision;
     let root = Caller {
         user: "root".into(),
         revision: checked,
@@ -369,13 +294,15 @@ async fn a_write_checked_before_an_auth_change_is_refused() {
     let stale = put_as(leader, "stale", &root).await.unwrap_err();
     assert!(matches!(stale, RequestError::AuthOldRevision), "{stale}");
     let current = Caller {
-        revision: leader.auth.state().revision,
+        revision: leader.member.auth_state().revision,
         ..root
     };
     assert!(current.revision > checked);
     put_as(leader, "after", &current).await.unwrap();
     eventually("every member holds the same auth state", || {
-        members.iter().all(|m| *m.auth.state() == *leader.auth.state())
+        members
+            .iter()
+            .all(|m| *m.member.auth_state() == *leader.member.auth_state())
     })
     .await;
     network.inputs.lock().clear();

@@ -1,7 +1,9 @@
 //! Running a member.
 //!
-//! - [`start`]: opens what is on disk, builds the member core and starts
-//!   the apply stage and the raft loop.
+//! - [`start`]: opens what is on disk, wires the member and starts the
+//!   apply stage and the raft loop.
+//! - [`wiring`]: the one way a member's core, raft loop and apply stage
+//!   are built (the server and the in-process tests use it).
 //! - [`join`]: a new member learning a running cluster's membership.
 //! - [`serve`]: the peer and client listeners, until a stop signal.
 //! - [`tasks`]: the background tasks.
@@ -15,5 +17,6 @@ pub mod restore;
 pub mod serve;
 pub mod start;
 pub mod tasks;
+pub(crate) mod wiring;
 
 pub use start::run;

@@ -71,13 +71,22 @@ pub async fn serve(
             tracing::info!("received signal; shutting down");
             graceful_stop(&member, stopping, clients).await;
         }
-        _ = member.stop.notified() => {
+        _ = member.removed() => {
             // Lets the answer to the removal reach its client first.
             tokio::time::sleep(REMOVED_GRACE).await;
             tracing::warn!("stopping: this member was removed from the cluster");
         }
+        fault = member.halt().wait() => {
+            // The thread that met it has stopped, and nothing it would
+            // have written was acknowledged; `main` exits with status 1.
+            return Err(Error::Fatal(fault));
+        }
     }
-    Ok(())
+    // A fault met while stopping is the stop's outcome too.
+    match member.halt().raised() {
+        Some(fault) => Err(Error::Fatal(fault)),
+        None => Ok(()),
+    }
 }
 
 /// How long a stopping member waits for its clients' requests in flight
@@ -116,7 +125,12 @@ async fn graceful_stop(
     if !member.stop_raft(RAFT_STOP_MAX).await {
         tracing::warn!(after = ?RAFT_STOP_MAX, "the raft loop or the apply stage did not stop in time");
     }
-    match member.store.flush() {
+    if member.halt().raised().is_some() {
+        // A store or WAL that failed is not written again; the caller
+        // returns the fault.
+        return;
+    }
+    match member.flush_store() {
         Ok(()) => tracing::info!("store flushed; stopped"),
         Err(error) => tracing::warn!(%error, "the store could not be flushed on stop; the WAL replays it"),
     }
@@ -147,12 +161,12 @@ fn tls_for(
 }
 
 async fn serve_peers(member: &Arc<Member>, node: SyncSender<NodeInput>, dir: DataDir) -> Result<(), Error> {
-    for url in config::urls(&member.config.listen_peer_urls) {
-        let tls = tls_for(&url, || member.config.tls.peer_server_config())?;
+    for url in config::urls(&member.config().listen_peer_urls) {
+        let tls = tls_for(&url, || member.config().tls.peer_server_config())?;
         let listener = bind(&url, "listen-peer-urls").await?;
         let raft = Arc::new(RaftInbound {
             node: node.clone(),
-            membership: member.membership.clone(),
+            membership: member.shared_membership(),
         });
         let incoming = BoundedListener::with_raft(listener, PEER_CONNECTIONS_MAX, tls, Some(raft))
             .map_err(|source| Error::Listen {
@@ -186,7 +200,7 @@ async fn serve_clients(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, Error> {
     let mut servers = Vec::new();
-    let max_decoding = member.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let max_decoding = member.config().max_request_bytes + GRPC_OVERHEAD_BYTES;
     let member_of = || member.clone();
     let router = tonic::service::Routes::new(
         KvServer::new(KvService { member: member_of() }).max_decoding_message_size(max_decoding),
@@ -206,8 +220,8 @@ async fn serve_clients(
         learner::gate_and_count,
     ))
     .merge(http::routes(member_of()));
-    for url in config::urls(&member.config.listen_client_urls) {
-        let tls = tls_for(&url, || member.config.tls.client_server_config())?;
+    for url in config::urls(&member.config().listen_client_urls) {
+        let tls = tls_for(&url, || member.config().tls.client_server_config())?;
         let listener = bind(&url, "listen-client-urls").await?;
         let service = router.clone().into_make_service_with_connect_info::<ClientIdentity>();
         let listener = BoundedListener::new(listener, CLIENT_CONNECTIONS_MAX, tls).map_err(|source| Error::Listen {
@@ -230,7 +244,7 @@ async fn serve_clients(
 
 /// `--listen-metrics-urls`: `/metrics` and `/health` on plain HTTP.
 async fn serve_metrics(member: &Arc<Member>) -> Result<(), Error> {
-    for url in config::urls(&member.config.listen_metrics_urls) {
+    for url in config::urls(&member.config().listen_metrics_urls) {
         if config::is_https(&url) {
             return Err(Error::Flag {
                 flag: "listen-metrics-urls",

@@ -1,43 +1,20 @@
-//! Starting a member: open what is on disk, build the member core, start
-//! the apply stage and the raft loop on threads of their own, then serve
-//! on tokio until SIGINT or SIGTERM.
+//! Starting a member: open what is on disk, wire the member (`wiring`),
+//! start the apply stage and the raft loop on threads of their own, then
+//! serve on tokio until SIGINT or SIGTERM, or until a fault stops it.
 
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 use raft::prelude::ConfState;
 
-use crate::apply::input::{ApplyInput, APPLY_QUEUE_CAPACITY};
-use crate::apply::stage::Stage;
-use crate::auth::state::AuthState;
-use crate::auth::Auth;
 use crate::config::Config;
 use crate::error::Error;
-use crate::member::core::{Member, MemberParts};
-use crate::member::lessor::Lessor;
-use crate::member::waiters::Waiters;
-use crate::member::watch_hub::WatchHub;
-use crate::membership::{Membership, SharedMembership};
-use crate::peer::snapshot_send::SnapshotSource;
-use crate::peer::transport::{PeerSet, PeerTransport};
-use crate::raft::input::{NodeInput, NODE_INPUT_CAPACITY};
-use crate::raft::logger;
-use crate::raft::node::{Node, NodeConfig, NodeParts, LEADER_WAIT_ELECTIONS};
-use crate::raft::status::RaftStatus;
+use crate::membership::Membership;
 use crate::server::join;
 use crate::server::serve;
+use crate::server::wiring::{self, Opened, World};
 use crate::storage::durable_log::{DurableLog, LogOwner, LogStart};
 use crate::storage::layout::DataDir;
 use crate::storage::marker::SnapshotMarker;
-
-/// What is on disk, opened.
-struct Opened {
-    dir: DataDir,
-    store: Arc<mvcc::Store>,
-    log: DurableLog,
-    marker: Arc<SnapshotMarker>,
-    membership: Membership,
-}
 
 /// The term a new cluster's log starts in.
 const BOOTSTRAP_TERM: u64 = 1;
@@ -79,37 +56,20 @@ pub fn run(config: Config) -> Result<(), Error> {
         "starting member"
     );
     let (runtime, peer_runtime) = runtimes()?;
-    let (node_sender, node_inputs) = sync_channel(NODE_INPUT_CAPACITY);
-    let (apply_sender, apply_inputs) = sync_channel(APPLY_QUEUE_CAPACITY);
-    let source = Arc::new(SnapshotSource {
-        store: opened.store.clone(),
-        dir: opened.dir.clone(),
-    });
-    let peers = PeerSet::new(membership.local_id, node_sender.clone(), runtime.handle(), &source);
-    peers.update(&membership);
-    let member = Arc::new(Member::new(MemberParts {
-        config: config.clone(),
-        membership: Arc::new(SharedMembership::new(membership)),
-        store: opened.store.clone(),
-        status: Arc::new(RaftStatus::default()),
-        waiters: Arc::new(Waiters::default()),
-        lessor: Arc::new(Lessor::default()),
-        watch_hub: Arc::new(WatchHub::default()),
-        node: node_sender.clone(),
-        peers,
-        auth: Arc::new(open_auth(&config, &opened.store)?),
-    }));
     let dir = opened.dir.clone();
-    start_threads(
-        &member,
-        opened,
-        (node_sender.clone(), node_inputs),
-        (apply_sender, apply_inputs),
-    )?;
+    // The threads run detached: the server stops them through the member.
+    let (member, node_sender, _threads) = wiring::wire(&config, opened, runtime.handle(), World::real())?.spawn()?;
     let served = runtime.block_on(serve::serve(member, node_sender, dir, peer_runtime.handle().clone()));
-    // Both runtimes end here, outside any runtime's context.
-    drop(runtime);
-    drop(peer_runtime);
+    // Both runtimes end here, outside any runtime's context. After a
+    // fault nothing is waited for: the member is gone, and its tasks with
+    // it, as when it exited.
+    if served.is_err() {
+        runtime.shutdown_background();
+        peer_runtime.shutdown_background();
+    } else {
+        drop(runtime);
+        drop(peer_runtime);
+    }
     served
 }
 
@@ -136,16 +96,9 @@ fn runtimes() -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), Erro
     Ok((runtime, peer_runtime))
 }
 
-/// The auth state the store holds, served with the auth flags.
-fn open_auth(config: &Config, store: &mvcc::Store) -> Result<Auth, Error> {
-    let state = AuthState::decode(store.auth().as_deref()).map_err(|e| Error::BadAuth(e.to_string()))?;
-    let ttl = std::time::Duration::from_secs(config.auth_token_ttl);
-    Ok(Auth::new(state, ttl, config.bcrypt_cost))
-}
-
 /// Opens the data directory, the store and the durable log, creating the
 /// log (and for a new cluster, the membership) on the first start.
-fn open(config: &Config) -> Result<Opened, Error> {
+pub(crate) fn open(config: &Config) -> Result<Opened, Error> {
     let dir = DataDir::new(config.data_dir());
     dir.create()?;
     let removed = dir.remove_leftover_dumps()?;
@@ -261,61 +214,4 @@ pub fn bootstrap(
         conf_state: membership.conf_state(),
     };
     DurableLog::create(dir, owner_of(membership), start)
-}
-
-/// Starts the apply stage and the raft loop on their threads; the raft
-/// loop sends through the member's peer set.
-fn start_threads(
-    member: &Arc<Member>,
-    opened: Opened,
-    (node_sender, node_inputs): (SyncSender<NodeInput>, Receiver<NodeInput>),
-    (apply_sender, apply_inputs): (SyncSender<ApplyInput>, Receiver<ApplyInput>),
-) -> Result<(), Error> {
-    let transport = PeerTransport::new(member.peers.clone());
-    let node_config = NodeConfig {
-        id: member.member_id(),
-        tick_interval: member.config.tick_interval(),
-        election_ticks: member.config.election_ticks(),
-        snapshot_count: member.config.snapshot_count,
-        catch_up_entries: member.config.snapshot_catch_up_entries,
-        leader_wait: member.config.election_timeout() * LEADER_WAIT_ELECTIONS,
-    };
-    let node = Node::new(
-        NodeParts {
-            config: node_config,
-            log: opened.log,
-            store: opened.store.clone(),
-            status: member.status.clone(),
-            marker: opened.marker.clone(),
-            outbox: Box::new(transport),
-            apply: apply_sender,
-        },
-        &logger::logger(),
-    )?;
-    let stage = Stage {
-        member_id: member.member_id(),
-        dir: opened.dir,
-        store: opened.store,
-        status: member.status.clone(),
-        waiters: member.waiters.clone(),
-        lessor: member.lessor.clone(),
-        watch_hub: member.watch_hub.clone(),
-        marker: opened.marker,
-        membership: member.membership.clone(),
-        peers: member.peers.clone(),
-        auth: member.auth.clone(),
-        stop: member.stop.clone(),
-        node: node_sender,
-        compaction_sleep: member.config.experimental_compaction_sleep_interval,
-    };
-    let spawn = |what: &'static str| move |source| Error::Spawn { what, source };
-    std::thread::Builder::new()
-        .name("apply".into())
-        .spawn(move || stage.run(apply_inputs))
-        .map_err(spawn("the apply stage"))?;
-    std::thread::Builder::new()
-        .name("raft".into())
-        .spawn(move || node.run(node_inputs))
-        .map_err(spawn("the raft loop"))?;
-    Ok(())
 }

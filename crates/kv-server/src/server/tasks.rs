@@ -32,7 +32,7 @@ async fn sweep_tokens(member: Arc<Member>) {
     let mut every = tokio::time::interval(TOKEN_SWEEP_EVERY);
     loop {
         every.tick().await;
-        member.auth.tokens.sweep();
+        member.sweep_tokens();
     }
 }
 
@@ -44,11 +44,11 @@ pub fn spawn(member: Arc<Member>, health: HealthReporter) {
     tokio::spawn(sweep_tokens(member.clone()));
     let prober = member.clone();
     tokio::spawn(async move { prober.probe_peers().await });
-    if member.config.experimental_initial_corrupt_check {
+    if member.config().experimental_initial_corrupt_check {
         let checker = member.clone();
         tokio::spawn(async move { checker.initial_corrupt_check().await });
     }
-    let interval = member.config.experimental_corrupt_check_time;
+    let interval = member.config().experimental_corrupt_check_time;
     if !interval.is_zero() {
         tokio::spawn(async move { member.periodic_corrupt_checks(interval).await });
     }
@@ -90,8 +90,8 @@ async fn sample_disk_size(member: Arc<Member>) {
 async fn publish_attributes(member: Arc<Member>) {
     let attributes = MemberAttributes {
         id: member.member_id(),
-        name: member.config.name.clone(),
-        client_urls: config::urls(&member.config.advertise_client_urls),
+        name: member.config().name.clone(),
+        client_urls: config::urls(&member.config().advertise_client_urls),
     };
     loop {
         match member

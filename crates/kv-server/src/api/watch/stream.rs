@@ -105,12 +105,12 @@ pub fn start(
 ) -> Responses {
     let header_source = member.clone();
     let headers = Box::new(move |revision| header_source.header(revision).unwrap_or_default());
-    let fragment_limit = member.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let fragment_limit = member.config().max_request_bytes + GRPC_OVERHEAD_BYTES;
     let (out, responses) = outbox(headers, fragment_limit);
     // Subscribed before any watcher reads the store's revision, so every
     // batch applied after that read comes through the hub.
-    let hub = member.watch_hub.subscribe();
-    let synced_through = member.store.current_revision();
+    let hub = member.subscribe_changes();
+    let synced_through = member.current_revision();
     let stream = WatchStream {
         member,
         opener,
@@ -141,9 +141,9 @@ impl WatchStream {
         hub: broadcast::Receiver<Arc<Published>>,
         require_leader: bool,
     ) {
-        let interval = self.member.config.experimental_watch_progress_notify_interval;
+        let interval = self.member.config().experimental_watch_progress_notify_interval;
         let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-        let election = self.member.config.election_timeout();
+        let election = self.member.config().election_timeout();
         let mut leader_check = tokio::time::interval_at(tokio::time::Instant::now() + election, election);
         let mut no_leader_checks = 0;
         // etcd keeps serving a stream whose client closed its sending side.
@@ -215,7 +215,7 @@ impl WatchStream {
                 "a watch stream fell behind the hub; catching up from history"
             );
             // Subscribed before reading the store's revision, as at start.
-            *hub = Some(self.member.watch_hub.subscribe());
+            *hub = Some(self.member.subscribe_changes());
             self.resync().await?;
         }
         Ok(())
@@ -253,7 +253,7 @@ impl WatchStream {
                 // Its waiting events go too.
                 self.out.forget(watcher.serial);
                 let response = pb::WatchResponse {
-                    header: self.header(self.member.store.current_revision()),
+                    header: self.header(self.member.current_revision()),
                     watch_id: cancel.watch_id,
                     canceled: true,
                     ..Default::default()
@@ -261,7 +261,7 @@ impl WatchStream {
                 self.send(response).await
             }
             Some(RequestUnion::ProgressRequest(_)) => {
-                self.progress_pending = Some(self.member.store.current_revision());
+                self.progress_pending = Some(self.member.current_revision());
                 Ok(())
             }
             None => Ok(()),
@@ -293,7 +293,7 @@ impl WatchStream {
     }
 
     async fn create(&mut self, create: pb::WatchCreateRequest) -> Result<(), Gone> {
-        let current = self.member.store.current_revision();
+        let current = self.member.current_revision();
         // etcd's reading of the request: an empty key is the smallest key.
         let key = if create.key.is_empty() { vec![0] } else { create.key };
         let range_end = create.range_end;
@@ -493,7 +493,7 @@ impl WatchStream {
     /// replaced by a snapshot: every watcher reads what it missed from
     /// history, up to the store's revision now.
     async fn resync(&mut self) -> Result<(), Gone> {
-        let current = self.member.store.current_revision();
+        let current = self.member.current_revision();
         self.catch_up_all(current).await
     }
 
@@ -512,7 +512,6 @@ impl WatchStream {
             let shape = &watcher.shape;
             let changes = self
                 .member
-                .store
                 .changes(&shape.key, &shape.range_end, watcher.next, end, shape.prev_kv);
             let changes = match changes {
                 Ok(changes) => changes,
@@ -525,7 +524,7 @@ impl WatchStream {
                     let response = pb::WatchResponse {
                         header: self.header(0),
                         watch_id: id,
-                        compact_revision: self.member.store.compact_revision(),
+                        compact_revision: self.member.compact_revision(),
                         canceled: true,
                         ..Default::default()
                     };
@@ -577,7 +576,7 @@ impl WatchStream {
             .values()
             .map(|watcher| self.next_of(watcher) - 1)
             .min()
-            .unwrap_or_else(|| self.member.store.current_revision())
+            .unwrap_or_else(|| self.member.current_revision())
     }
 
     /// Answers a pending progress request once every watcher has been
@@ -589,7 +588,7 @@ impl WatchStream {
         if self.out.has_events() {
             return Ok(());
         }
-        let synced = self.synced_revision().min(self.member.store.current_revision());
+        let synced = self.synced_revision().min(self.member.current_revision());
         if synced < target.max(self.reported) {
             return Ok(());
         }
@@ -607,7 +606,7 @@ impl WatchStream {
     /// that is below a header this stream already sent (progress never
     /// goes back).
     async fn notify_progress(&mut self) -> Result<(), Gone> {
-        let current = self.member.store.current_revision();
+        let current = self.member.current_revision();
         let reported = self.reported;
         let due: Vec<(i64, i64)> = self
             .watchers
@@ -643,7 +642,6 @@ async fn next_published(
 fn batch_wire<'a>(member: &Member, changes: &'a Changes, prev_kv: bool) -> &'a EventFields {
     let previous = |event: &mvcc::Event| {
         member
-            .store
             .value_before(&event.kv.key, event.kv.mod_revision)
             .unwrap_or_default()
     };

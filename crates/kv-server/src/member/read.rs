@@ -1,0 +1,78 @@
+//! Reads served by the core, as etcd's server serves Range and read-only
+//! Txn (`v3_server.go`): the learner check, the ReadIndex round a
+//! linearizable read waits for, one view of this member's store, the
+//! auth recheck and the header. The API authorizes the caller first and
+//! hands the answer on.
+
+use crate::auth::Caller;
+use crate::error::RequestError;
+use crate::member::core::Member;
+use crate::proto::convert;
+use crate::proto::etcdserverpb as pb;
+
+/// A build broken on purpose, to show the robustness suite catches it:
+/// with the `kv::stale_read` failpoint set, linearizable reads skip the
+/// ReadIndex round and read whatever this member has applied. Off (and
+/// compiled out) unless the `failpoints` feature and the failpoint are on.
+fn stale_reads_on_purpose() -> bool {
+    fail::fail_point!("kv::stale_read", |_| true);
+    false
+}
+
+/// etcd's `isTxnSerializable`: every range of both branches serializable.
+fn txn_is_serializable(request: &pb::TxnRequest) -> bool {
+    use pb::request_op::Request;
+    request
+        .success
+        .iter()
+        .chain(&request.failure)
+        .all(|op| matches!(&op.request, Some(Request::RequestRange(range)) if range.serializable))
+}
+
+impl Member {
+    /// etcd's Range, for `caller`, whom the API has authorized: without
+    /// raft or the WAL, after a ReadIndex round unless serializable.
+    pub async fn range(&self, request: pb::RangeRequest, caller: &Caller) -> Result<pb::RangeResponse, RequestError> {
+        if request.key.is_empty() {
+            return Err(mvcc::Error::EmptyKey.into());
+        }
+        if !request.serializable && self.membership.local_is_learner() {
+            return Err(RequestError::NotSupportedForLearner);
+        }
+        if !request.serializable && !stale_reads_on_purpose() {
+            self.linearize().await?;
+        }
+        let response = self.store.range(&convert::range_request(request))?;
+        // As etcd: a read checked at an auth revision that changed while
+        // it ran is not answered.
+        self.still_authorized(caller)?;
+        crate::metrics::metrics().mvcc.range_total.inc();
+        let header = self.header(response.revision);
+        Ok(convert::range_response(response, header))
+    }
+
+    /// A txn of ranges only (etcd's `isTxnReadonly`), served as etcd
+    /// serves one: without raft or the WAL, after a ReadIndex round
+    /// unless every range is serializable, from one view of this
+    /// member's store.
+    pub async fn read_txn(&self, request: pb::TxnRequest, caller: &Caller) -> Result<pb::TxnResponse, RequestError> {
+        let serializable = txn_is_serializable(&request);
+        let checked = convert::txn_request(request)?;
+        mvcc::validate::check_txn(&checked, self.config.max_txn_ops)?;
+        if !serializable && !stale_reads_on_purpose() {
+            self.linearize().await?;
+        }
+        let response = self.store.read_txn(&checked)?;
+        self.still_authorized(caller)?;
+        let header = self.header(response.revision);
+        Ok(convert::txn_response(response, header))
+    }
+
+    /// One read of this member's store as it stands, without a ReadIndex
+    /// round or an auth recheck: a chunk of a RangeStream
+    /// (`api/range_stream.rs`), which waits for the round once before its
+    /// first chunk and rechecks auth once after its last.
+    pub fn read_range(&self, request: &mvcc::RangeRequest) -> Result<mvcc::RangeResponse, RequestError> {
+        Ok(self.store.range(request)?)
+    }
+}

@@ -1,0 +1,256 @@
+//! A member, wired: the one place its core (`Member`), raft loop (`Node`)
+//! and apply stage (`Stage`) are built from an opened data directory, with
+//! the parts they share. The server (`start.rs`) and the in-process
+//! cluster tests build members here, and nowhere else; what differs
+//! between them is the member's [`World`]: where its raft messages go,
+//! whether it dials its peers, and the clock its apply stage reads.
+
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::Notify;
+
+use crate::apply::input::{ApplyInput, APPLY_QUEUE_CAPACITY};
+use crate::apply::stage::{Stage, StageParts};
+use crate::auth::state::AuthState;
+use crate::auth::Auth;
+use crate::clock::{Clock, RealClock};
+use crate::config::Config;
+use crate::error::Error;
+use crate::halt::Halt;
+use crate::member::core::{Member, MemberParts};
+use crate::member::lessor::Lessor;
+use crate::member::waiters::Waiters;
+use crate::member::watch_hub::WatchHub;
+use crate::membership::{Membership, SharedMembership};
+use crate::peer::snapshot_send::SnapshotSource;
+use crate::peer::transport::{PeerSet, PeerTransport};
+use crate::raft::input::{NodeInput, Outbox, NODE_INPUT_CAPACITY};
+use crate::raft::logger;
+use crate::raft::node::{Node, NodeConfig, NodeParts, LEADER_WAIT_ELECTIONS};
+use crate::raft::status::RaftStatus;
+use crate::storage::durable_log::DurableLog;
+use crate::storage::layout::DataDir;
+use crate::storage::marker::SnapshotMarker;
+
+/// What is on disk, opened (`start::open`).
+pub struct Opened {
+    pub dir: DataDir,
+    pub store: Arc<mvcc::Store>,
+    pub log: DurableLog,
+    pub marker: Arc<SnapshotMarker>,
+    pub membership: Membership,
+}
+
+/// What the member meets outside itself.
+pub struct World {
+    /// Where the raft loop's messages go. `None`: to the peers, over the
+    /// raft streams the member's peer set dials (production). With an
+    /// outbox of its own the member dials no peer.
+    pub outbox: Option<Box<dyn Outbox>>,
+    /// The apply stage's clock.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl World {
+    /// Production's: peers over TCP, the real clock.
+    pub fn real() -> World {
+        World {
+            outbox: None,
+            clock: Arc::new(RealClock),
+        }
+    }
+}
+
+/// A wired member, its raft loop and apply stage not yet running.
+pub struct Wired {
+    pub member: Arc<Member>,
+    pub node: Node,
+    pub node_inputs: Receiver<NodeInput>,
+    /// The raft loop's input, for the server's peer service.
+    pub node_sender: SyncSender<NodeInput>,
+    pub stage: Stage,
+    pub apply_inputs: Receiver<ApplyInput>,
+}
+
+/// Builds a member from `opened` with the settings of `config`; its
+/// snapshot senders and peer links run on `runtime`.
+pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, world: World) -> Result<Wired, Error> {
+    let (node_sender, node_inputs) = sync_channel(NODE_INPUT_CAPACITY);
+    let (apply_sender, apply_inputs) = sync_channel(APPLY_QUEUE_CAPACITY);
+    let source = Arc::new(SnapshotSource {
+        store: opened.store.clone(),
+        dir: opened.dir.clone(),
+    });
+    let local_id = opened.membership.local_id;
+    let dials = world.outbox.is_none();
+    let halt = Halt::default();
+    let peers = PeerSet::new(local_id, node_sender.clone(), runtime, &source, &halt, dials);
+    peers.update(&opened.membership);
+    let shared = Shared {
+        membership: Arc::new(SharedMembership::new(opened.membership)),
+        status: Arc::new(RaftStatus::default()),
+        waiters: Arc::new(Waiters::default()),
+        lessor: Arc::new(Lessor::default()),
+        watch_hub: Arc::new(WatchHub::default()),
+        auth: Arc::new(open_auth(config, &opened.store)?),
+        peers,
+        stop: Arc::new(Notify::new()),
+    };
+    let outbox = world
+        .outbox
+        .unwrap_or_else(|| Box::new(PeerTransport::new(shared.peers.clone())));
+    let node = Node::new(
+        NodeParts {
+            config: node_config(config, local_id),
+            log: opened.log,
+            store: opened.store.clone(),
+            status: shared.status.clone(),
+            marker: opened.marker.clone(),
+            outbox,
+            apply: apply_sender,
+        },
+        &logger::logger(),
+    )?;
+    let stage = shared.stage_parts(
+        local_id,
+        (opened.dir, opened.store.clone(), opened.marker),
+        node_sender.clone(),
+        config.experimental_compaction_sleep_interval,
+    );
+    let stage = Stage::new(stage, world.clock);
+    let member = Arc::new(Member::new(MemberParts {
+        config: config.clone(),
+        membership: shared.membership,
+        store: opened.store,
+        status: shared.status,
+        waiters: shared.waiters,
+        lessor: shared.lessor,
+        watch_hub: shared.watch_hub,
+        node: node_sender.clone(),
+        peers: shared.peers,
+        auth: shared.auth,
+        halt,
+        stop: shared.stop,
+    }));
+    Ok(Wired {
+        member,
+        node,
+        node_inputs,
+        node_sender,
+        stage,
+        apply_inputs,
+    })
+}
+
+/// A member's two threads, running. The server leaves them detached (it
+/// stops them through the member); the in-process tests join them.
+#[cfg_attr(not(test), allow(dead_code))]
+pub struct Threads {
+    raft: JoinHandle<()>,
+    apply: JoinHandle<()>,
+}
+
+impl Threads {
+    /// Waits for both to end (the in-process tests, before they remove a
+    /// member's directory; the server leaves them detached): the raft loop once it is stopped (or meets
+    /// a fault), the apply stage once the loop's end closes its input.
+    #[cfg(test)]
+    pub fn join(self) {
+        let _ = self.raft.join();
+        let _ = self.apply.join();
+    }
+}
+
+impl Wired {
+    /// Starts the apply stage and the raft loop on threads of their own,
+    /// each guarded by the member's halt (a fault or a panic there stops
+    /// the member). Returns the member, the raft loop's input and the
+    /// threads.
+    pub fn spawn(self) -> Result<(Arc<Member>, SyncSender<NodeInput>, Threads), Error> {
+        let spawn = |what: &'static str| move |source| Error::Spawn { what, source };
+        let Wired {
+            member,
+            node,
+            node_inputs,
+            node_sender,
+            stage,
+            apply_inputs,
+        } = self;
+        let halt = member.halt().clone();
+        let apply = std::thread::Builder::new()
+            .name("apply".into())
+            .spawn(move || halt.guard("the apply stage", || stage.run(apply_inputs)))
+            .map_err(spawn("the apply stage"))?;
+        let halt = member.halt().clone();
+        let raft = std::thread::Builder::new()
+            .name("raft".into())
+            .spawn(move || halt.guard("the raft loop", || node.run(node_inputs)))
+            .map_err(spawn("the raft loop"))?;
+        Ok((member, node_sender, Threads { raft, apply }))
+    }
+}
+
+/// The raft loop's settings, from the member's flags.
+fn node_config(config: &Config, id: u64) -> NodeConfig {
+    NodeConfig {
+        id,
+        tick_interval: config.tick_interval(),
+        election_ticks: config.election_ticks(),
+        snapshot_count: config.snapshot_count,
+        catch_up_entries: config.snapshot_catch_up_entries,
+        leader_wait: config.election_timeout() * LEADER_WAIT_ELECTIONS,
+        fixed_election_ticks: None,
+    }
+}
+
+/// What the core and the apply stage share: the stage (or the raft loop,
+/// for the status) writes each, the core reads it.
+struct Shared {
+    membership: Arc<SharedMembership>,
+    status: Arc<RaftStatus>,
+    waiters: Arc<Waiters>,
+    lessor: Arc<Lessor>,
+    watch_hub: Arc<WatchHub>,
+    auth: Arc<Auth>,
+    peers: Arc<PeerSet>,
+    /// Notified when the member is removed from the cluster.
+    stop: Arc<Notify>,
+}
+
+impl Shared {
+    /// The apply stage's parts: these shared ones, and what the stage
+    /// alone writes (the data directory's store and snapshot marker).
+    fn stage_parts(
+        &self,
+        member_id: u64,
+        (dir, store, marker): (DataDir, Arc<mvcc::Store>, Arc<SnapshotMarker>),
+        node: SyncSender<NodeInput>,
+        compaction_sleep: std::time::Duration,
+    ) -> StageParts {
+        StageParts {
+            member_id,
+            dir,
+            store,
+            status: self.status.clone(),
+            waiters: self.waiters.clone(),
+            lessor: self.lessor.clone(),
+            watch_hub: self.watch_hub.clone(),
+            marker,
+            membership: self.membership.clone(),
+            peers: self.peers.clone(),
+            auth: self.auth.clone(),
+            stop: self.stop.clone(),
+            node,
+            compaction_sleep,
+        }
+    }
+}
+
+/// The auth state the store holds, served with the auth flags.
+fn open_auth(config: &Config, store: &mvcc::Store) -> Result<Auth, Error> {
+    let state = AuthState::decode(store.auth().as_deref()).map_err(|e| Error::BadAuth(e.to_string()))?;
+    let ttl = std::time::Duration::from_secs(config.auth_token_ttl);
+    Ok(Auth::new(state, ttl, config.bcrypt_cost))
+}
