@@ -81,6 +81,7 @@ fn replay(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = Options {
         segment_size_bytes: SEGMENT_SIZE_BYTES_DEFAULT,
+        ..Options::default()
     };
     let mut log = Wal::create(dir.path(), options.clone(), b"bench").expect("create");
     // Fill the first segment to just under its size, so no cut happens and

@@ -25,7 +25,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-use crate::sync;
+use crate::disk::Disk;
 
 /// The alignment of every direct write: 4 KiB covers devices with 512-byte
 /// and 4 KiB logical blocks alike.
@@ -87,7 +87,7 @@ impl DirectTail {
     /// straight from `buffer` when it is still aligned, which it is unless
     /// the frames outgrew the room `begin` reserved; otherwise it is
     /// copied into an aligned buffer first. `buffer` is left padded.
-    pub fn write(&mut self, buffer: &mut Vec<u8>, frames_start: usize, offset: u64) -> io::Result<()> {
+    pub fn write(&mut self, disk: &dyn Disk, buffer: &mut Vec<u8>, frames_start: usize, offset: u64) -> io::Result<()> {
         let prefix_start = frames_start - self.partial.len();
         let start = offset - self.partial.len() as u64;
         debug_assert_eq!(start % ALIGNMENT_BYTES as u64, 0, "the partial block starts aligned");
@@ -96,11 +96,11 @@ impl DirectTail {
         buffer.resize(prefix_start + length, 0);
         let window = &buffer[prefix_start..];
         if window.as_ptr().align_offset(ALIGNMENT_BYTES) == 0 {
-            sync::write_all_at(&self.file, window, start)?;
+            disk.write_all_at(&self.file, window, start)?;
         } else {
             let aligned = aligned_window(&mut self.backing, length);
             aligned.copy_from_slice(window);
-            sync::write_all_at(&self.file, aligned, start)?;
+            disk.write_all_at(&self.file, aligned, start)?;
         }
         let kept = data % ALIGNMENT_BYTES;
         let tail_start = prefix_start + data - kept;
@@ -163,7 +163,8 @@ mod tests {
             let mut buffer = Vec::new();
             let frames_start = tail.begin(&mut buffer, size / 2);
             buffer.extend_from_slice(&bytes);
-            tail.write(&mut buffer, frames_start, expected.len() as u64).unwrap();
+            tail.write(&crate::disk::RealDisk, &mut buffer, frames_start, expected.len() as u64)
+                .unwrap();
             expected.extend_from_slice(&bytes);
         }
         let mut read = vec![0u8; expected.len() + 4096];

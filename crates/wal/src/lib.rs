@@ -23,6 +23,8 @@
 //! - [`direct`]: the tail written around the page cache (`O_DIRECT`), in
 //!   aligned blocks.
 //! - [`sync`]: `fdatasync`, directory fsync and preallocation, with failpoints.
+//! - [`disk`]: those calls behind a seam ([`Disk`]), so a test or a
+//!   simulator can fail or delay them for one log.
 //! - [`error`]: the crate's error enum.
 //!
 //! # Assumptions about the medium
@@ -105,6 +107,7 @@
 
 pub mod decoder;
 pub mod direct;
+pub mod disk;
 pub mod error;
 pub mod frame;
 pub mod record;
@@ -115,6 +118,7 @@ pub mod spare;
 pub mod sync;
 pub mod wal;
 
+pub use disk::{Disk, RealDisk};
 pub use error::{Corruption, Error, Result};
 pub use record::{ConfState, Entry, HardState, Record, SnapshotMeta};
 pub use replay::{RepairReport, Replay, SnapshotPosition};

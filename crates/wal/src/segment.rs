@@ -6,11 +6,11 @@
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 
+use crate::disk::Disk;
 use crate::error::{Error, Result};
 use crate::frame::Encoder;
 use crate::record::{HardState, Record};
 use crate::spare::Prepared;
-use crate::sync;
 
 pub const SEGMENT_SUFFIX: &str = ".wal";
 pub const TEMPORARY_SUFFIX: &str = ".tmp";
@@ -84,6 +84,7 @@ pub struct Segment {
 /// header, syncs it, renames it into place and syncs the directory.
 /// Returns the segment and the encoder's crc after the header.
 pub fn create(
+    disk: &dyn Disk,
     dir: &Path,
     name: SegmentName,
     spare: Prepared,
@@ -98,10 +99,12 @@ pub fn create(
     encoder.encode(&Record::CrcSeed(seed), &mut header);
     encoder.encode(&Record::Metadata(metadata.to_vec()), &mut header);
     encoder.encode(&Record::HardState(*hard_state), &mut header);
-    sync::write_all_at(&file, &header, 0).map_err(|e| Error::io("write header", &temporary, e))?;
-    sync::fdatasync(&file).map_err(|e| Error::io("fdatasync", &temporary, e))?;
+    disk.write_all_at(&file, &header, 0)
+        .map_err(|e| Error::io("write header", &temporary, e))?;
+    disk.fdatasync(&file)
+        .map_err(|e| Error::io("fdatasync", &temporary, e))?;
     fs::rename(&temporary, &path).map_err(|e| Error::io("rename segment", &path, e))?;
-    sync::fsync_dir(dir).map_err(|e| Error::io("fsync directory", dir, e))?;
+    disk.fsync_dir(dir).map_err(|e| Error::io("fsync directory", dir, e))?;
     let segment = Segment {
         name,
         path,

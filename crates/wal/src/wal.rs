@@ -14,11 +14,13 @@
 use std::fs::{self, File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
 use crate::direct::DirectTail;
+use crate::disk::{Disk, RealDisk};
 use crate::error::{Error, Result};
 use crate::frame::{
     Encoder, ALIGNMENT_BYTES as FRAME_ALIGNMENT_BYTES, BODY_HEADER_BYTES, LENGTH_WORD_BYTES, RECORD_BODY_BYTES_MAX,
@@ -27,7 +29,6 @@ use crate::record::{self, Entry, HardState, Record, SnapshotMeta};
 use crate::replay::{self, Replay, SnapshotPosition};
 use crate::segment::{self, Segment, SegmentName};
 use crate::spare::{self, Spare};
-use crate::sync;
 
 /// Default segment size: 64 MiB, etcd's. Large enough that cuts (a file
 /// creation, two syncs and a directory sync) are rare next to the saves in
@@ -52,12 +53,16 @@ pub struct Options {
     /// Size segments are preallocated to, and the size past which a save
     /// triggers a cut. Tests set it small to force many segments.
     pub segment_size_bytes: u64,
+    /// Where writes and syncs go (see disk.rs): the real disk unless a
+    /// test or a simulator gives its own.
+    pub disk: Arc<dyn Disk>,
 }
 
 impl Default for Options {
     fn default() -> Options {
         Options {
             segment_size_bytes: SEGMENT_SIZE_BYTES_DEFAULT,
+            disk: Arc::new(RealDisk),
         }
     }
 }
@@ -118,7 +123,10 @@ impl Wal {
     pub fn create(dir: &Path, options: Options, metadata: &[u8]) -> Result<Wal> {
         fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-            sync::fsync_dir(parent).map_err(|e| Error::io("fsync directory", parent, e))?;
+            options
+                .disk
+                .fsync_dir(parent)
+                .map_err(|e| Error::io("fsync directory", parent, e))?;
         }
         let lock = lock(dir)?;
         if !segment::list(dir)?.is_empty() {
@@ -127,7 +135,7 @@ impl Wal {
         let name = SegmentName { seq: 0, first_index: 0 };
         let hard_state = HardState::default();
         let prepared = spare::prepare(dir, options.segment_size_bytes, &AtomicBool::new(false))?;
-        let (tail, crc) = segment::create(dir, name, prepared, 0, metadata, &hard_state)?;
+        let (tail, crc) = segment::create(&*options.disk, dir, name, prepared, 0, metadata, &hard_state)?;
         let direct = open_direct(&tail)?;
         Ok(Wal {
             dir: dir.to_path_buf(),
@@ -301,7 +309,7 @@ impl Wal {
             fs::remove_file(&path).map_err(|e| Error::io("remove segment", &path, e))?;
         }
         self.segments.drain(..keep_from);
-        if let Err(error) = sync::fsync_dir(&self.dir) {
+        if let Err(error) = self.options.disk.fsync_dir(&self.dir) {
             self.poisoned = true;
             return Err(Error::io("fsync directory", &self.dir, error));
         }
@@ -376,9 +384,10 @@ impl Wal {
     /// Writes the buffer's frames at the tail, directly when the tail
     /// allows it.
     fn write_buffer(&mut self) -> std::io::Result<()> {
+        let disk = &*self.options.disk;
         match &mut self.direct {
-            Some(direct) => direct.write(&mut self.buffer, self.frames_start, self.tail.offset),
-            None => sync::write_all_at(&self.tail.file, &self.buffer, self.tail.offset),
+            Some(direct) => direct.write(disk, &mut self.buffer, self.frames_start, self.tail.offset),
+            None => disk.write_all_at(&self.tail.file, &self.buffer, self.tail.offset),
         }
     }
 
@@ -401,7 +410,7 @@ impl Wal {
         }
         let tail = &self.tail;
         let started = Instant::now();
-        if let Err(error) = sync::fdatasync(&tail.file) {
+        if let Err(error) = self.options.disk.fdatasync(&tail.file) {
             self.poisoned = true;
             tracing::error!(path = %tail.path.display(), %error, "fdatasync failed; the log is poisoned");
             return Err(Error::io("fdatasync", &tail.path, error));
@@ -432,6 +441,7 @@ impl Wal {
         };
         let created = prepared.and_then(|prepared| {
             segment::create(
+                &*self.options.disk,
                 &self.dir,
                 name,
                 prepared,

@@ -82,7 +82,10 @@ proptest! {
         segment_size_bytes in prop_oneof![Just(1024u64), Just(4096), Just(1 << 20)],
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let options = Options { segment_size_bytes };
+        let options = Options {
+            segment_size_bytes,
+            ..Options::default()
+        };
         let mut log = Wal::create(dir.path(), options.clone(), b"m").unwrap();
         let mut model: Vec<Entry> = Vec::new();
         let mut model_hard_state = HardState::default();

@@ -12,6 +12,7 @@ use wal::{ConfState, Error, Options, SnapshotMeta, SnapshotPosition, Wal};
 fn small() -> Options {
     Options {
         segment_size_bytes: 2048,
+        ..Options::default()
     }
 }
 

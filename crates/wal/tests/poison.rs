@@ -13,7 +13,15 @@ use wal::{Error, Options, SnapshotPosition, Wal};
 
 fn scenario(failpoint: &str, segment_size_bytes: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = Wal::create(dir.path(), Options { segment_size_bytes }, b"p").unwrap();
+    let mut log = Wal::create(
+        dir.path(),
+        Options {
+            segment_size_bytes,
+            ..Options::default()
+        },
+        b"p",
+    )
+    .unwrap();
     log.save(&[common::entry(1, 1, 100)], None).unwrap();
 
     fail::cfg(failpoint, "return").unwrap();
@@ -36,7 +44,15 @@ fn scenario(failpoint: &str, segment_size_bytes: u64) {
     drop(log);
 
     // Reopening recovers at least the save that returned, never entry 3.
-    let (_, replay) = Wal::open(dir.path(), Options { segment_size_bytes }, SnapshotPosition::default()).unwrap();
+    let (_, replay) = Wal::open(
+        dir.path(),
+        Options {
+            segment_size_bytes,
+            ..Options::default()
+        },
+        SnapshotPosition::default(),
+    )
+    .unwrap();
     assert!(!replay.entries.is_empty(), "{failpoint}");
     assert_eq!(replay.entries[0], common::entry(1, 1, 100), "{failpoint}");
     assert!(replay.entries.len() <= 2, "{failpoint}");

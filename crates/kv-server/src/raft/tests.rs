@@ -75,15 +75,22 @@ struct TestMember {
     /// The member's threads, joined on drop, so that no store of a
     /// finished test writes into its removed directory.
     threads: Option<Threads>,
+    /// Whether the test expects this member to stop on a fault.
+    faults: bool,
     _dir: tempfile::TempDir,
 }
 
 /// Member `index` (0-based) of the test cluster, as the server wires
 /// one (`server::wiring`), its raft messages going over `network`.
 fn start(index: usize, network: &Network) -> TestMember {
+    start_on(index, network, Arc::new(wal::RealDisk))
+}
+
+/// [`start`], with the member's WAL writing and syncing through `disk`.
+fn start_on(index: usize, network: &Network, disk: Arc<dyn wal::Disk>) -> TestMember {
     let temporary = tempfile::tempdir().unwrap();
     let config = member_config(index, temporary.path());
-    let opened = crate::server::start::open(&config).expect("the data directory opens");
+    let opened = crate::server::start::open(&config, disk).expect("the data directory opens");
     let id = opened.membership.local_id;
     let world = World {
         outbox: Some(Box::new(ChannelOutbox {
@@ -100,7 +107,33 @@ fn start(index: usize, network: &Network) -> TestMember {
         member,
         input,
         threads: Some(threads),
+        faults: false,
         _dir: temporary,
+    }
+}
+
+/// The real disk, whose fdatasync fails once armed, as a broken disk's
+/// would: for one member's WAL, where the failpoints act on every member
+/// of the process.
+#[derive(Debug, Default)]
+struct FailingDisk {
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl wal::Disk for FailingDisk {
+    fn write_all_at(&self, file: &std::fs::File, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+        wal::RealDisk.write_all_at(file, bytes, offset)
+    }
+
+    fn fdatasync(&self, file: &std::fs::File) -> std::io::Result<()> {
+        if self.armed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(std::io::Error::other("injected fdatasync failure"));
+        }
+        wal::RealDisk.fdatasync(file)
+    }
+
+    fn fsync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        wal::RealDisk.fsync_dir(dir)
     }
 }
 
@@ -136,7 +169,7 @@ impl Drop for TestMember {
         if let Some(threads) = self.threads.take() {
             threads.join();
         }
-        if !std::thread::panicking() {
+        if !std::thread::panicking() && !self.faults {
             assert_eq!(self.member.halt().raised(), None, "member {:x} met no fault", self.id);
         }
     }
@@ -303,6 +336,73 @@ async fn a_write_checked_before_an_auth_change_is_refused() {
         members
             .iter()
             .all(|m| *m.member.auth_state() == *leader.member.auth_state())
+    })
+    .await;
+    network.inputs.lock().clear();
+}
+
+/// Puts `key` through whichever of `members` takes it first, trying each
+/// in turn for at most [`WITHIN`] (a leader that stopped is replaced
+/// meanwhile); the revision it applied at.
+async fn put_through_any(members: &[&TestMember], key: &str) -> i64 {
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        for member in members {
+            if let Ok(revision) = put(member, key).await {
+                return revision;
+            }
+        }
+        assert!(Instant::now() < deadline, "no member took {key} within {WITHIN:?}");
+        tokio::time::sleep(TICK).await;
+    }
+}
+
+// Goal: a failed fdatasync is fatal to the member it happens on, and to
+// that member alone: its raft loop ends with "WAL write failed", raised on
+// its halt, in a process that holds the two others too, which go on
+// electing and taking writes. Nothing the failed member acknowledged is
+// lost: every write acknowledged before is read on the others after.
+// Method: the three members in one process; the third's WAL syncs
+// through a disk whose fdatasync fails once armed, armed after 20 writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fsync_stops_its_member_alone() {
+    let network = Network::default();
+    let disk = Arc::new(FailingDisk::default());
+    let mut members: Vec<TestMember> = (0..VOTERS - 1).map(|index| start(index, &network)).collect();
+    members.push(start_on(VOTERS - 1, &network, disk.clone()));
+    members[VOTERS - 1].faults = true;
+    agreed_leader(&members.iter().collect::<Vec<_>>()).await;
+    let healthy: Vec<&TestMember> = members[..VOTERS - 1].iter().collect();
+    let mut last = 0;
+    for i in 0..20 {
+        last = put_through_any(&healthy, &format!("before/{i}")).await;
+    }
+    disk.armed.store(true, std::sync::atomic::Ordering::Release);
+    let failed = &members[VOTERS - 1];
+    let deadline = Instant::now() + WITHIN;
+    let mut i = 0;
+    while failed.member.halt().raised().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the member with the failed fsync kept running"
+        );
+        last = put_through_any(&healthy, &format!("during/{i}")).await;
+        i += 1;
+    }
+    let fault = failed.member.halt().raised().expect("raised");
+    assert_eq!(fault.what(), "WAL write failed", "{fault}");
+    for i in 0..20 {
+        last = put_through_any(&healthy, &format!("after/{i}")).await;
+    }
+    for member in &healthy {
+        assert_eq!(
+            member.member.halt().raised(),
+            None,
+            "a member with a good disk met no fault"
+        );
+    }
+    eventually("both others applied every write", || {
+        healthy.iter().all(|m| m.member.current_revision() == last)
     })
     .await;
     network.inputs.lock().clear();

@@ -7,6 +7,8 @@
 //! from the snapshot the marker records (`marker.rs`), after finishing the
 //! install of a received snapshot a crash cut short (`pending.rs`).
 
+use std::sync::Arc;
+
 use protobuf::Message as _;
 use raft::prelude::{ConfState, Entry, HardState};
 use raft::storage::{MemStorage, Storage};
@@ -104,14 +106,20 @@ impl DurableLog {
     /// Replays the member's log, first finishing the install of a snapshot
     /// a crash interrupted. Raft's configuration is `conf_state` of the
     /// store as it then stands (the store is the applied state; raft
-    /// re-applies the configuration changes committed after it). Returns
-    /// the log and whose it is.
+    /// re-applies the configuration changes committed after it). The log
+    /// writes and syncs through `disk` (the real one, `wal::RealDisk`, for
+    /// a running member). Returns the log and whose it is.
     pub fn open(
         dir: &DataDir,
         store: &mvcc::Store,
+        disk: Arc<dyn wal::Disk>,
         conf_state: impl FnOnce(&mvcc::Store) -> Result<ConfState, Error>,
     ) -> Result<(DurableLog, LogOwner), Error> {
-        let (opened, (index, term)) = open_wal(dir, store)?;
+        let options = wal::Options {
+            disk,
+            ..wal::Options::default()
+        };
+        let (opened, (index, term)) = open_wal(dir, store, &options)?;
         let (wal, replay) = opened;
         let owner =
             LogOwner::from_metadata(&replay.metadata).ok_or_else(|| Error::ForeignDataDir { dir: dir.wal() })?;
@@ -184,7 +192,7 @@ type Opened = (wal::Wal, wal::Replay);
 /// Opens the WAL at the snapshot to replay from: a pending snapshot newer
 /// than the marker if the WAL holds its record (installing it first),
 /// otherwise the marker's. Returns the WAL and the snapshot's (index, term).
-fn open_wal(dir: &DataDir, store: &mvcc::Store) -> Result<(Opened, (u64, u64)), Error> {
+fn open_wal(dir: &DataDir, store: &mvcc::Store, options: &wal::Options) -> Result<(Opened, (u64, u64)), Error> {
     let (index, term) = SnapshotMarker::read(&dir.snapshot_marker())?;
     let newest = pending::list(dir).pop().filter(|pending| pending.index > index);
     let mut opened = None;
@@ -193,7 +201,7 @@ fn open_wal(dir: &DataDir, store: &mvcc::Store) -> Result<(Opened, (u64, u64)), 
             index: pending.index,
             term: pending.term,
         };
-        match wal::Wal::open(&dir.wal(), wal::Options::default(), position) {
+        match wal::Wal::open(&dir.wal(), options.clone(), position) {
             Ok(found) => {
                 pending::finish_install(dir, store, &pending)?;
                 opened = Some((found, (pending.index, pending.term)));
@@ -214,10 +222,7 @@ fn open_wal(dir: &DataDir, store: &mvcc::Store) -> Result<(Opened, (u64, u64)), 
         Some(found) => Ok(found),
         None => {
             let position = wal::SnapshotPosition { index, term };
-            Ok((
-                wal::Wal::open(&dir.wal(), wal::Options::default(), position)?,
-                (index, term),
-            ))
+            Ok((wal::Wal::open(&dir.wal(), options.clone(), position)?, (index, term)))
         }
     }
 }

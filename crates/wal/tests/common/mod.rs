@@ -41,7 +41,15 @@ impl Layout {
     /// a log with the given segment size, then closes it.
     pub fn write(count: u64, payload_bytes: usize, segment_size_bytes: u64) -> Layout {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Wal::create(dir.path(), Options { segment_size_bytes }, b"meta").unwrap();
+        let mut log = Wal::create(
+            dir.path(),
+            Options {
+                segment_size_bytes,
+                ..Options::default()
+            },
+            b"meta",
+        )
+        .unwrap();
         let mut entries = Vec::new();
         let mut placements = Vec::new();
         for index in 1..=count {
@@ -119,7 +127,10 @@ pub fn hard_state(term: u64, commit: u64) -> HardState {
 
 /// Opens the crash tests' log in `dir`, creating it first if needed.
 pub fn open_or_create(dir: &Path, segment_size_bytes: u64, metadata: &[u8]) -> (Wal, wal::Replay) {
-    let options = Options { segment_size_bytes };
+    let options = Options {
+        segment_size_bytes,
+        ..Options::default()
+    };
     if !Wal::exists(dir) {
         drop(Wal::create(dir, options.clone(), metadata).unwrap());
     }
