@@ -14,7 +14,8 @@ import re
 import statistics
 import sys
 
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+# A number standing alone, not part of a word (`range100k`).
+NUMBER = re.compile(r"(?<![A-Za-z0-9.])-?\d+(?:\.\d+)?")
 
 
 def rows(path):
@@ -66,8 +67,11 @@ def main(paths):
             for line in lines:
                 print("    " + line)
             continue
-        spread = " | ".join(" ".join(NUMBER.findall(line)[:3]) for line in lines)
-        print(f"{median}    [runs: {spread}]")
+        # The runs' values where they differ, so the spread shows.
+        columns = list(zip(*(NUMBER.findall(line) for line in lines)))
+        varying = [column for column in columns if len(set(column)) > 1][:4]
+        spread = " | ".join(" ".join(column[run] for column in varying) for run in range(len(lines)))
+        print(f"{median}    [runs: {spread}]" if varying else median)
 
 
 if __name__ == "__main__":
