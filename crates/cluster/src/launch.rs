@@ -329,20 +329,26 @@ impl Drop for Cluster {
 /// that the next cluster on their ports does not start before they are
 /// gone.
 pub fn terminate(pids: &[u32]) {
+    end(pids, &[libc::SIGTERM, libc::SIGKILL], GONE_WITHIN);
+}
+
+/// Sends each of `signals` in turn to those of `pids` still alive, and
+/// after each waits, at most `within`, until none is.
+pub fn end(pids: &[u32], signals: &[libc::c_int], within: Duration) {
     let alive = |pid: &u32| {
         // SAFETY: kill(2) with signal 0 only checks that the pid exists.
         unsafe { libc::kill(*pid as libc::pid_t, 0) == 0 }
     };
-    for signal in [libc::SIGTERM, libc::SIGKILL] {
+    for &signal in signals {
         for pid in pids.iter().filter(|pid| alive(pid)) {
             // SAFETY: as above, with a valid signal number.
             unsafe {
                 libc::kill(*pid as libc::pid_t, signal);
             }
         }
-        let deadline = Instant::now() + GONE_WITHIN;
+        let deadline = Instant::now() + within;
         while pids.iter().any(alive) && Instant::now() < deadline {
-            std::thread::sleep(POLL);
+            std::thread::sleep(Duration::from_millis(10).min(POLL));
         }
     }
 }

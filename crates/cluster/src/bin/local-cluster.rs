@@ -22,7 +22,7 @@
 //! CPUs.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cluster::{launch, Cluster, Layout, Spec, Tls};
 
@@ -113,15 +113,7 @@ fn restart(binary: &Path, dir: &Path, which: &str, flags: &[&str]) -> std::io::R
     };
     let mut pids = read_pids(dir)?;
     if let Some(&old) = pids.get(i) {
-        // SAFETY: kill(2) with a pid from our pids file and SIGKILL.
-        unsafe {
-            libc::kill(old as libc::pid_t, libc::SIGKILL);
-        }
-        let deadline = Instant::now() + KILLED_WITHIN;
-        // SAFETY: signal 0 only checks that the pid exists.
-        while unsafe { libc::kill(old as libc::pid_t, 0) } == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        launch::end(&[old], &[libc::SIGKILL], KILLED_WITHIN);
     }
     let mut cluster = Cluster::new(spec(binary, dir, flags));
     cluster.spawn(i)?;

@@ -125,7 +125,7 @@ impl Stage {
         loop {
             self.prepare()?;
             let now = self.clock.now();
-            let wait = self.next_wake().saturating_duration_since(now);
+            let wait = self.next_wake(now).saturating_duration_since(now);
             match inputs.recv_timeout(wait) {
                 Ok(input) => self.take(Some(input))?,
                 Err(RecvTimeoutError::Timeout) => self.take(None)?,
@@ -142,8 +142,11 @@ impl Stage {
         if let Some(answer) = self.flushed.take() {
             self.flushed = self.tell_raft(answer);
         }
+        if !self.parts.store.compaction_pending() {
+            return Ok(());
+        }
         let started = self.clock.now();
-        if !self.parts.store.compaction_pending() || started < *self.next_step.get_or_insert(started) {
+        if started < *self.next_step.get_or_insert(started) {
             return Ok(());
         }
         self.compact_step()?;
@@ -154,11 +157,10 @@ impl Stage {
         Ok(())
     }
 
-    /// Until when the stage waits for input: the next compaction step,
-    /// if there is work, and no longer than the open batch's age bound,
-    /// after which it commits.
-    pub fn next_wake(&self) -> Instant {
-        let now = self.clock.now();
+    /// Until when the stage, at `now`, waits for input: the next
+    /// compaction step, if there is work, and no longer than the open
+    /// batch's age bound, after which it commits.
+    pub fn next_wake(&self, now: Instant) -> Instant {
         let latest = now + mvcc::OPEN_BATCH_AGE_MAX;
         match (self.parts.store.compaction_pending(), self.next_step) {
             (true, Some(step)) => step.max(now).min(latest),

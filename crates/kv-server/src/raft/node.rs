@@ -209,7 +209,8 @@ impl Node {
     pub fn run(mut self, inputs: Receiver<NodeInput>) -> Result<(), Fatal> {
         let mut turn = Vec::with_capacity(INPUTS_PER_READY_MAX);
         loop {
-            let wait = self.next_wake(Instant::now()).saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            let wait = self.next_wake(now).saturating_duration_since(now);
             match inputs.recv_timeout(wait) {
                 Ok(input) => {
                     turn.push(input);
@@ -258,18 +259,16 @@ impl Node {
     /// of the turn is durable by then, and the loop must end), or the
     /// fault the member cannot go on after.
     pub fn turn(&mut self, inputs: &mut Vec<NodeInput>, now: Instant) -> Result<Option<StopReply>, Fatal> {
-        if let Some(fault) = &self.fault {
+        if self.fault.is_some() {
             // Once failed, always: nothing more is taken or written.
             inputs.clear();
-            return Err(fault.clone());
         }
+        self.failed()?;
         let next_tick = *self.next_tick.get_or_insert(now + self.config.tick_interval);
         if !inputs.is_empty() {
             self.take_turn(inputs, now);
         }
-        if let Some(fault) = &self.fault {
-            return Err(fault.clone());
-        }
+        self.failed()?;
         if now >= next_tick {
             self.raw.tick();
             let after = next_tick + self.config.tick_interval;
@@ -290,9 +289,7 @@ impl Node {
         if let Err(fault) = self.handle_ready() {
             self.fail(fault);
         }
-        if let Some(fault) = &self.fault {
-            return Err(fault.clone());
-        }
+        self.failed()?;
         let Some(done) = self.stop.take() else {
             return Ok(None);
         };
@@ -730,6 +727,12 @@ impl Node {
                 self.apply_stage_gone();
             }
         }
+    }
+
+    /// The fault recorded, if any, as an error: once failed, every turn
+    /// returns it.
+    fn failed(&self) -> Result<(), Fatal> {
+        self.fault.clone().map_or(Ok(()), Err)
     }
 
     /// Records `fault`, unless one is recorded already: the loop returns

@@ -18,7 +18,7 @@ use crate::auth::Auth;
 use crate::clock::{Clock, RealClock};
 use crate::config::Config;
 use crate::error::Error;
-use crate::halt::Halt;
+use crate::halt::{Fatal, Halt};
 use crate::member::core::{Member, MemberParts};
 use crate::member::lessor::Lessor;
 use crate::member::waiters::Waiters;
@@ -153,8 +153,7 @@ pub struct Threads {
 }
 
 impl Threads {
-    /// Waits for both to end (the in-process tests, before they remove a
-    /// member's directory; the server leaves them detached): the raft loop once it is stopped (or meets
+    /// Waits for both to end: the raft loop once it is stopped (or meets
     /// a fault), the apply stage once the loop's end closes its input.
     #[cfg(test)]
     pub fn join(self) {
@@ -169,7 +168,6 @@ impl Wired {
     /// the member). Returns the member, the raft loop's input and the
     /// threads.
     pub fn spawn(self) -> Result<(Arc<Member>, SyncSender<NodeInput>, Threads), Error> {
-        let spawn = |what: &'static str| move |source| Error::Spawn { what, source };
         let Wired {
             member,
             node,
@@ -178,18 +176,27 @@ impl Wired {
             stage,
             apply_inputs,
         } = self;
-        let halt = member.halt().clone();
-        let apply = std::thread::Builder::new()
-            .name("apply".into())
-            .spawn(move || halt.guard("the apply stage", || stage.run(apply_inputs)))
-            .map_err(spawn("the apply stage"))?;
-        let halt = member.halt().clone();
-        let raft = std::thread::Builder::new()
-            .name("raft".into())
-            .spawn(move || halt.guard("the raft loop", || node.run(node_inputs)))
-            .map_err(spawn("the raft loop"))?;
+        let apply = guarded(member.halt(), "apply", "the apply stage", move || {
+            stage.run(apply_inputs)
+        })?;
+        let raft = guarded(member.halt(), "raft", "the raft loop", move || node.run(node_inputs))?;
         Ok((member, node_sender, Threads { raft, apply }))
     }
+}
+
+/// Starts `body`, `what` of the member, on a thread named `name`, its
+/// fault or panic raised on `halt`.
+fn guarded(
+    halt: &Halt,
+    name: &str,
+    what: &'static str,
+    body: impl FnOnce() -> Result<(), Fatal> + Send + 'static,
+) -> Result<JoinHandle<()>, Error> {
+    let halt = halt.clone();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || halt.guard(what, body))
+        .map_err(|source| Error::Spawn { what, source })
 }
 
 /// The raft loop's settings, from the member's flags.
