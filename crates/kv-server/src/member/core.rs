@@ -13,6 +13,7 @@ use prost::Message as _;
 use tokio::sync::{oneshot, Notify};
 
 use crate::auth::{Auth, Caller};
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::RequestError;
 use crate::halt::Halt;
@@ -62,6 +63,8 @@ pub struct MemberParts {
     /// Notified once the member is removed from the cluster (by the apply
     /// stage).
     pub stop: Arc<Notify>,
+    /// The member's clock (`clock.rs`).
+    pub clock: Arc<dyn Clock>,
 }
 
 pub struct Member {
@@ -93,6 +96,7 @@ pub struct Member {
     pub(super) node: SyncSender<NodeInput>,
     pub(super) leader_channels: PeerChannels,
     pub(super) lease_ids: LeaseIds,
+    pub(super) clock: Arc<dyn Clock>,
     halt: Halt,
 }
 
@@ -137,7 +141,8 @@ impl Member {
             halt: parts.halt,
             node: parts.node,
             leader_channels,
-            lease_ids: LeaseIds::new(local_id),
+            lease_ids: LeaseIds::new(local_id, parts.clock.since_epoch()),
+            clock: parts.clock,
         }
     }
 

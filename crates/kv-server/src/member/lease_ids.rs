@@ -13,10 +13,10 @@ pub struct LeaseIds {
 }
 
 impl LeaseIds {
-    pub fn new(member_id: u64) -> LeaseIds {
-        let millis = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+    /// Ids of `member_id`, counting up from the wall-clock time `now`
+    /// (since the Unix epoch).
+    pub fn new(member_id: u64, now: std::time::Duration) -> LeaseIds {
+        let millis = now.as_millis() as u64;
         LeaseIds {
             prefix: (member_id & 0xffff) << 48,
             suffix: AtomicU64::new((millis & ((1 << 40) - 1)) << 8),
@@ -42,7 +42,7 @@ mod tests {
     // positive, as etcd's are.
     #[test]
     fn lease_ids_are_etcd_shaped() {
-        let ids = LeaseIds::new(0x8e9e_05c5_2164_694d);
+        let ids = LeaseIds::new(0x8e9e_05c5_2164_694d, std::time::Duration::from_secs(1_700_000_000));
         let first = ids.next();
         let second = ids.next();
         assert!(first > 0 && second == first + 1);

@@ -12,10 +12,13 @@
 //! its deadlines. This is etcd's behaviour without lease checkpoints (off
 //! by default in etcd 3.5): a leader change renews every lease.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+
+use crate::clock::Clock;
 
 /// After the leader proposes revoking an expired lease, it waits this long
 /// before proposing again, in case the revocation was lost to a leader
@@ -29,9 +32,9 @@ struct Deadline {
 }
 
 impl Deadline {
-    fn after(ttl: Duration) -> Deadline {
+    fn after(now: Instant, ttl: Duration) -> Deadline {
         Deadline {
-            at: Instant::now() + ttl,
+            at: now + ttl,
             retry_at: None,
         }
     }
@@ -41,12 +44,14 @@ impl Deadline {
 struct Deadlines {
     /// The term this member leads, while it tracks deadlines.
     primary_term: Option<u64>,
-    deadlines: HashMap<i64, Deadline>,
+    /// Ordered by id, so that expired leases are taken in the same order
+    /// in every run.
+    deadlines: BTreeMap<i64, Deadline>,
 }
 
-#[derive(Default)]
 pub struct Lessor {
     inner: Mutex<Deadlines>,
+    clock: Arc<dyn Clock>,
 }
 
 fn seconds(ttl: i64) -> Duration {
@@ -54,6 +59,14 @@ fn seconds(ttl: i64) -> Duration {
 }
 
 impl Lessor {
+    /// A lessor reading `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Lessor {
+        Lessor {
+            inner: Mutex::default(),
+            clock,
+        }
+    }
+
     /// Follows this member's role: on becoming leader of a new term, gives
     /// every lease in `leases` (id and TTL, read only then) a fresh
     /// deadline, its TTL plus `extend`; on losing leadership, forgets them.
@@ -65,9 +78,10 @@ impl Lessor {
             (true, _) => {
                 // Read under the lock: a grant or revocation applied now
                 // waits for it, and then sees the new deadlines.
+                let now = self.clock.now();
                 inner.deadlines = leases()
                     .into_iter()
-                    .map(|(id, ttl)| (id, Deadline::after(seconds(ttl) + extend)))
+                    .map(|(id, ttl)| (id, Deadline::after(now, seconds(ttl) + extend)))
                     .collect();
                 inner.primary_term = Some(term);
                 tracing::info!(term, leases = inner.deadlines.len(), "tracking lease expiry as leader");
@@ -86,7 +100,7 @@ impl Lessor {
     pub fn granted(&self, id: i64, ttl: i64) {
         let mut inner = self.inner.lock();
         if inner.primary_term.is_some() {
-            inner.deadlines.insert(id, Deadline::after(seconds(ttl)));
+            inner.deadlines.insert(id, Deadline::after(self.clock.now(), seconds(ttl)));
         }
     }
 
@@ -103,10 +117,11 @@ impl Lessor {
         if inner.primary_term.is_none() {
             return false;
         }
+        let now = self.clock.now();
         match inner.deadlines.get(&id) {
-            Some(deadline) if deadline.at <= Instant::now() => false,
+            Some(deadline) if deadline.at <= now => false,
             _ => {
-                inner.deadlines.insert(id, Deadline::after(seconds(ttl)));
+                inner.deadlines.insert(id, Deadline::after(now, seconds(ttl)));
                 true
             }
         }
@@ -114,11 +129,12 @@ impl Lessor {
 
     /// Time left before the lease expires, if this member tracks it.
     pub fn remaining(&self, id: i64) -> Option<Duration> {
+        let now = self.clock.now();
         let inner = self.inner.lock();
         inner
             .deadlines
             .get(&id)
-            .map(|deadline| deadline.at.saturating_duration_since(Instant::now()))
+            .map(|deadline| deadline.at.saturating_duration_since(now))
     }
 
     /// Up to `max` leases past their deadline. An expired lease stays
@@ -130,7 +146,7 @@ impl Lessor {
         if inner.primary_term.is_none() {
             return Vec::new();
         }
-        let now = Instant::now();
+        let now = self.clock.now();
         let mut expired = Vec::new();
         for (id, deadline) in inner.deadlines.iter_mut() {
             if expired.len() == max {

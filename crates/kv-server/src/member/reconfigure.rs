@@ -21,7 +21,7 @@
 //! as the leader sees it (a follower forwards the promotion to the
 //! leader).
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use prost::Message as _;
 use raft::prelude::{ConfChange, ConfChangeType};
@@ -74,7 +74,7 @@ impl Member {
         if is_learner && membership.learner_count() >= LEARNERS_MAX {
             return Err(RequestError::TooManyLearners);
         }
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let now = self.clock.since_epoch().as_secs();
         let member = ClusterMember {
             id: member_id(&peer_urls, &self.config.initial_cluster_token, Some(now)),
             name: String::new(),
@@ -237,7 +237,7 @@ impl Member {
     /// Voters connected to this member for the health interval, itself
     /// included: etcd's `numConnectedSince`.
     fn connected_voters(&self, membership: &Membership) -> usize {
-        let since = Instant::now().checked_sub(RECONFIG_HEALTH_INTERVAL);
+        let since = self.clock.now().checked_sub(RECONFIG_HEALTH_INTERVAL);
         membership
             .members
             .iter()

@@ -21,21 +21,18 @@ pub struct Waiters {
     next_sequence: AtomicU64,
 }
 
-impl Default for Waiters {
-    fn default() -> Waiters {
-        // Sequences start from the clock so that an entry proposed before a
-        // restart never finds a waiter registered after it.
-        let start = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64);
+impl Waiters {
+    /// Waiters whose sequences start from the wall-clock time `now`
+    /// (since the Unix epoch), so that an entry proposed before a restart
+    /// never finds a waiter registered after it.
+    pub fn new(now: std::time::Duration) -> Waiters {
+        let start = (now.as_nanos() as u64).max(1);
         Waiters {
             waiting: Mutex::new(HashMap::new()),
             next_sequence: AtomicU64::new(start),
         }
     }
-}
 
-impl Waiters {
     /// Registers a waiter and returns its sequence number.
     pub fn register(&self) -> (u64, oneshot::Receiver<ProposalResult>) {
         let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);

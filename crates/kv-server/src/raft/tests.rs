@@ -90,7 +90,11 @@ fn start(index: usize, network: &Network) -> TestMember {
 fn start_on(index: usize, network: &Network, disk: Arc<dyn wal::Disk>) -> TestMember {
     let temporary = tempfile::tempdir().unwrap();
     let config = member_config(index, temporary.path());
-    let opened = crate::server::start::open(&config, disk).expect("the data directory opens");
+    let options = wal::Options {
+        disk,
+        ..wal::Options::default()
+    };
+    let opened = crate::server::start::open(&config, options).expect("the data directory opens");
     let id = opened.membership.local_id;
     let world = World {
         outbox: Some(Box::new(ChannelOutbox {

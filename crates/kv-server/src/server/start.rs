@@ -39,7 +39,7 @@ pub fn run(config: Config) -> Result<(), Error> {
     if let Some(files) = config.tls.peer_client_files(dials_https)? {
         crate::peer::channels::use_peer_tls(files)?;
     }
-    let opened = open(&config, Arc::new(wal::RealDisk))?;
+    let opened = open(&config, wal::Options::default())?;
     let membership = opened.membership.clone();
     crate::metrics::metrics().describe_member(membership.local_id, config.quota_backend_bytes);
     // Without the metrics feature no observer is installed, so the store
@@ -98,8 +98,9 @@ fn runtimes() -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), Erro
 
 /// Opens the data directory, the store and the durable log, creating the
 /// log (and for a new cluster, the membership) on the first start. The
-/// log writes and syncs through `disk` (see `wal::Disk`).
-pub(crate) fn open(config: &Config, disk: Arc<dyn wal::Disk>) -> Result<Opened, Error> {
+/// log is opened with `wal_options`: the defaults in production; a
+/// simulator's disk (see `wal::Disk`) and smaller segments elsewhere.
+pub(crate) fn open(config: &Config, wal_options: wal::Options) -> Result<Opened, Error> {
     let dir = DataDir::new(config.data_dir());
     dir.create()?;
     let removed = dir.remove_leftover_dumps()?;
@@ -118,7 +119,7 @@ pub(crate) fn open(config: &Config, disk: Arc<dyn wal::Disk>) -> Result<Opened, 
     } else {
         create_log(config, &dir, &store)?;
     }
-    let (log, owner) = DurableLog::open(&dir, &store, disk, |store| {
+    let (log, owner) = DurableLog::open(&dir, &store, wal_options, |store| {
         Ok(stored_membership(store, 0)?.map_or_else(ConfState::default, |m| m.conf_state()))
     })?;
     let membership = match stored_membership(&store, owner.member_id)? {

@@ -49,7 +49,9 @@ pub struct World {
     /// raft streams the member's peer set dials (production). With an
     /// outbox of its own the member dials no peer.
     pub outbox: Option<Box<dyn Outbox>>,
-    /// The apply stage's clock.
+    /// The member's clock: the apply stage's, the leader's lease
+    /// deadlines' and the wall-clock time lease ids and proposal
+    /// sequences start from.
     pub clock: Arc<dyn Clock>,
 }
 
@@ -91,8 +93,8 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
     let shared = Shared {
         membership: Arc::new(SharedMembership::new(opened.membership)),
         status: Arc::new(RaftStatus::default()),
-        waiters: Arc::new(Waiters::default()),
-        lessor: Arc::new(Lessor::default()),
+        waiters: Arc::new(Waiters::new(world.clock.since_epoch())),
+        lessor: Arc::new(Lessor::new(world.clock.clone())),
         watch_hub: Arc::new(WatchHub::default()),
         auth: Arc::new(open_auth(config, &opened.store)?),
         peers,
@@ -119,7 +121,7 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
         node_sender.clone(),
         config.experimental_compaction_sleep_interval,
     );
-    let stage = Stage::new(stage, world.clock);
+    let stage = Stage::new(stage, world.clock.clone());
     let member = Arc::new(Member::new(MemberParts {
         config: config.clone(),
         membership: shared.membership,
@@ -133,6 +135,7 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
         auth: shared.auth,
         halt,
         stop: shared.stop,
+        clock: world.clock,
     }));
     Ok(Wired {
         member,

@@ -7,7 +7,6 @@
 //! from the snapshot the marker records (`marker.rs`), after finishing the
 //! install of a received snapshot a crash cut short (`pending.rs`).
 
-use std::sync::Arc;
 
 use protobuf::Message as _;
 use raft::prelude::{ConfState, Entry, HardState};
@@ -107,18 +106,14 @@ impl DurableLog {
     /// a crash interrupted. Raft's configuration is `conf_state` of the
     /// store as it then stands (the store is the applied state; raft
     /// re-applies the configuration changes committed after it). The log
-    /// writes and syncs through `disk` (the real one, `wal::RealDisk`, for
-    /// a running member). Returns the log and whose it is.
+    /// is opened with `options` (the defaults, over the real disk, for a
+    /// running member). Returns the log and whose it is.
     pub fn open(
         dir: &DataDir,
         store: &mvcc::Store,
-        disk: Arc<dyn wal::Disk>,
+        options: wal::Options,
         conf_state: impl FnOnce(&mvcc::Store) -> Result<ConfState, Error>,
     ) -> Result<(DurableLog, LogOwner), Error> {
-        let options = wal::Options {
-            disk,
-            ..wal::Options::default()
-        };
         let (opened, (index, term)) = open_wal(dir, store, &options)?;
         let (wal, replay) = opened;
         let owner =
