@@ -28,7 +28,9 @@
 //! - [`tls`]: TLS on the client and peer URLs, and who a client
 //!   certificate names.
 //! - [`metrics`]: etcd's Prometheus metrics.
-//! - [`clock`]: the time, behind a seam a simulator can fill;
+//! - [`clock`]: the time, behind a seam a simulator can fill; [`sim`]:
+//!   whole clusters of members on one thread and a simulated clock, for
+//!   the `simulator` crate;
 //! - [`error`]: errors as types; [`halt`]: a fault that stops the member,
 //!   carried up to `main` (nothing below `main` exits the process);
 //!   [`allocator`]: mimalloc's settings.
@@ -59,6 +61,8 @@ pub(crate) mod peer;
 pub mod proto;
 pub(crate) mod raft;
 pub mod server;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub(crate) mod storage;
 pub mod tls;
 

@@ -331,12 +331,17 @@ impl Member {
     /// once.
     pub async fn defragment(self: &Arc<Self>) -> Result<(), RequestError> {
         let member = self.clone();
-        let done = tokio::task::spawn_blocking(move || -> Result<(), mvcc::Error> {
-            member.store.defragment()?;
-            member.sample_sizes()
-        });
+        let done = tokio::task::spawn_blocking(move || member.defragment_blocking());
         done.await.map_err(|_| RequestError::Stopped)??;
         Ok(())
+    }
+
+    /// [`Member::defragment`]'s work, on the calling thread (the
+    /// simulator's, where a blocking pool's thread would end at a time no
+    /// seed fixes).
+    pub fn defragment_blocking(&self) -> Result<(), mvcc::Error> {
+        self.store.defragment()?;
+        self.sample_sizes()
     }
 
     /// Samples the store's size on disk (for the quota and Status) and the

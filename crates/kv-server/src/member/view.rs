@@ -114,6 +114,13 @@ impl Member {
         self.auth.tokens.sweep();
     }
 
+    /// A member torn down in a running process (the simulator's crash):
+    /// every proposal still waiting hears that the member stopped, so the
+    /// calls holding the member end. A real member's process ends instead.
+    pub fn abandon_waiters(&self) {
+        self.waiters.abandon();
+    }
+
     /// Waits until this member has been removed from the cluster (the
     /// apply stage tells it): the server then stops.
     pub async fn removed(&self) {

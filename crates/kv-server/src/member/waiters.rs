@@ -57,4 +57,9 @@ impl Waiters {
     pub fn forget(&self, sequence: u64) {
         self.waiting.lock().remove(&sequence);
     }
+
+    /// Drops every waiter: each hears the member stopped.
+    pub fn abandon(&self) {
+        self.waiting.lock().clear();
+    }
 }

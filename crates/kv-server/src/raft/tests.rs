@@ -102,6 +102,7 @@ fn start_on(index: usize, network: &Network, disk: Arc<dyn wal::Disk>) -> TestMe
             network: network.clone(),
         })),
         clock: Arc::new(RealClock),
+        election_ticks: None,
     };
     let wired = wiring::wire(&config, opened, &tokio::runtime::Handle::current(), world).unwrap();
     network.inputs.lock().insert(id, wired.node_sender.clone());

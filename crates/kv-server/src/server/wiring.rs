@@ -53,6 +53,10 @@ pub struct World {
     /// deadlines' and the wall-clock time lease ids and proposal
     /// sequences start from.
     pub clock: Arc<dyn Clock>,
+    /// The member's election timeout in ticks, fixed where a simulator's
+    /// seed draws it (`NodeConfig::fixed_election_ticks`); `None`: raft
+    /// draws its own.
+    pub election_ticks: Option<usize>,
 }
 
 impl World {
@@ -61,6 +65,7 @@ impl World {
         World {
             outbox: None,
             clock: Arc::new(RealClock),
+            election_ticks: None,
         }
     }
 }
@@ -105,7 +110,10 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
         .unwrap_or_else(|| Box::new(PeerTransport::new(shared.peers.clone())));
     let node = Node::new(
         NodeParts {
-            config: node_config(config, local_id),
+            config: NodeConfig {
+                fixed_election_ticks: world.election_ticks,
+                ..node_config(config, local_id)
+            },
             log: opened.log,
             store: opened.store.clone(),
             status: shared.status.clone(),

@@ -1,0 +1,392 @@
+//! The simulated cluster: its members (`member.rs`), the network between
+//! them (`network.rs`) and the clients' way in (`clients.rs`), on one
+//! thread and one simulated clock. [`SimCluster::run_for`] is the loop:
+//! let the clients' tasks run, deliver the messages due, take every
+//! member's due turns in id order, and when nothing is left to do at this
+//! instant, move the clock to the next thing due (a member's wake, a
+//! delivery), at most [`QUANTUM`] ahead, so that the clients' own timers
+//! fire close to their time.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::clients::{Clients, Slot};
+use super::clock::SimClock;
+use super::disk::CrashLoss;
+use super::member::{SimMember, Stopped};
+use super::network::{NetFaults, NetStats, Network};
+use super::rng::Rng;
+use crate::clock::Clock;
+
+/// The longest step of the simulated clock: tokio's timers are kept at
+/// millisecond precision, so nothing due is passed by more than that.
+pub const QUANTUM: Duration = Duration::from_millis(1);
+
+/// Times the loop runs at one instant while members still have work,
+/// before it moves the clock on anyway: messages take at least their
+/// delay, so work at one instant ends; this only bounds a bug.
+const SAME_INSTANT_ROUNDS_MAX: usize = 64;
+
+/// Times the clients' tasks are let run between rounds: a call's hop from
+/// a woken task to the member's queue takes one.
+const CLIENT_YIELDS: usize = 2;
+
+/// Yields a crash waits for the torn-down member's callers to let go of
+/// its store before it counts as a failure.
+const RELEASE_YIELDS_MAX: usize = 256;
+
+/// The cluster's shape and timing.
+#[derive(Debug, Clone)]
+pub struct SimSpec {
+    pub members: usize,
+    pub seed: u64,
+    /// Where the members' data directories go (a temporary file system).
+    pub root: PathBuf,
+    pub heartbeat: Duration,
+    /// The election timeout, in heartbeats.
+    pub election_ticks: usize,
+}
+
+/// What ends a seed as failed, whatever the clients saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// A member stopped on a fault the run did not inject, or panicked.
+    Stopped { member: usize, why: Stopped },
+    /// A crashed member's store was still held by something.
+    StoreHeld { member: usize },
+    /// The data directory could not be set up.
+    Setup(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Stopped { member, why } => write!(f, "member {member} stopped: {why}"),
+            Failure::StoreHeld { member } => write!(f, "member {member}'s store outlived its crash"),
+            Failure::Setup(why) => write!(f, "setup: {why}"),
+        }
+    }
+}
+
+/// What happened to the members, counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimStats {
+    pub rounds: u64,
+    pub crashes: u64,
+    pub restarts: u64,
+    /// Members stopped by an injected fsync failure.
+    pub fsync_faults: u64,
+    pub loss: CrashLoss,
+}
+
+pub struct SimCluster {
+    spec: SimSpec,
+    clock: SimClock,
+    rng: Rng,
+    network: Network,
+    members: Vec<SimMember>,
+    ids: Vec<u64>,
+    slots: Arc<Mutex<Vec<Slot>>>,
+    stats: SimStats,
+    _root: tempfile::TempDir,
+}
+
+impl SimCluster {
+    /// Creates and starts the members. Must run on the simulator's
+    /// runtime (current-thread, time paused).
+    pub fn new(spec: SimSpec) -> Result<SimCluster, Failure> {
+        let setup = |e: &dyn std::fmt::Display| Failure::Setup(e.to_string());
+        let root = tempfile::Builder::new()
+            .prefix("kv-sim-")
+            .tempdir_in(&spec.root)
+            .map_err(|e| setup(&e))?;
+        let mut rng = Rng::new(spec.seed);
+        let clock = SimClock::start();
+        let mut members = Vec::new();
+        for index in 0..spec.members {
+            let config = member_config(&spec, index, &root.path().join(format!("m{index}"))).map_err(|e| setup(&e))?;
+            members.push(SimMember::new(0, config));
+        }
+        let network = Network::new(rng.fork());
+        let slots = Arc::new(Mutex::new(vec![Slot::default(); spec.members]));
+        let mut cluster = SimCluster {
+            spec,
+            clock,
+            rng,
+            network,
+            members,
+            ids: Vec::new(),
+            slots,
+            stats: SimStats::default(),
+            _root: root,
+        };
+        for index in 0..cluster.members.len() {
+            cluster.start(index).map_err(Failure::Setup)?;
+        }
+        cluster.ids = cluster.members.iter().map(|m| m.id).collect();
+        Ok(cluster)
+    }
+
+    pub fn clients(&self) -> Clients {
+        Clients {
+            slots: self.slots.clone(),
+            clock: self.clock,
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.clock.elapsed()
+    }
+
+    pub fn stats(&self) -> SimStats {
+        self.stats.clone()
+    }
+
+    pub fn net_stats(&self) -> NetStats {
+        self.network.stats()
+    }
+
+    pub fn is_running(&self, member: usize) -> bool {
+        self.members[member].is_running()
+    }
+
+    /// Starts member `member` from its data directory, its election
+    /// timeout drawn anew; why it could not.
+    fn start(&mut self, index: usize) -> Result<(), String> {
+        let low = self.spec.election_ticks as u64;
+        let ticks = self.rng.between(low, 2 * low - 1) as usize;
+        let member = &mut self.members[index];
+        member.start(self.clock, ticks).map_err(|e| e.to_string())?;
+        let core = member.member().expect("just started").clone();
+        member.id = core.member_id();
+        self.slots.lock()[index].member = Some(core);
+        Ok(())
+    }
+
+    /// Runs the cluster for `span` of simulated time.
+    pub async fn run_for(&mut self, span: Duration) -> Result<(), Failure> {
+        let end = self.clock.now() + span;
+        let mut rounds_here = 0;
+        loop {
+            for _ in 0..CLIENT_YIELDS {
+                tokio::task::yield_now().await;
+            }
+            let now = self.clock.now();
+            let busy = self.round(now).await?;
+            self.stats.rounds += 1;
+            if busy && rounds_here < SAME_INSTANT_ROUNDS_MAX {
+                rounds_here += 1;
+                continue;
+            }
+            rounds_here = 0;
+            if now >= end {
+                return Ok(());
+            }
+            let next = self.next_due(now, end);
+            tokio::time::advance(next.saturating_duration_since(now).max(Duration::from_micros(1))).await;
+        }
+    }
+
+    /// When something is next due after `now`, at most a quantum on, and
+    /// not past `end`.
+    fn next_due(&self, now: Instant, end: Instant) -> Instant {
+        let mut next = (now + QUANTUM).min(end);
+        if let Some(due) = self.network.next_due() {
+            next = next.min(due);
+        }
+        for member in &self.members {
+            if let Some(wake) = member.next_wake(now) {
+                next = next.min(wake);
+            }
+        }
+        next
+    }
+
+    /// One round at `now`: deliveries, then each member's turns.
+    async fn round(&mut self, now: Instant) -> Result<bool, Failure> {
+        for message in self.network.due(now) {
+            if let Some(index) = self.ids.iter().position(|id| *id == message.to) {
+                self.members[index].deliver(message);
+            }
+        }
+        let mut busy = false;
+        for index in 0..self.members.len() {
+            let rng = &mut self.rng;
+            let stepped = self.members[index].step(now, &mut |low, high| rng.between(low, high));
+            match stepped {
+                Ok(did) => busy |= did,
+                Err(why) => self.stopped(index, why).await?,
+            }
+            let sent = self.members[index].sent();
+            if !sent.is_empty() {
+                for to in self.network.send(now, sent) {
+                    self.members[index].snapshot_failed(to);
+                }
+            }
+        }
+        Ok(busy)
+    }
+
+    /// Member `index` stopped: fine if on an fsync failure the run
+    /// injected (it is then down, as a crashed member), a failure if not.
+    async fn stopped(&mut self, index: usize, why: Stopped) -> Result<(), Failure> {
+        let injected = matches!(&why, Stopped::Fault(_)) && self.members[index].disk.failed_syncs() > 0;
+        if !injected {
+            return Err(Failure::Stopped { member: index, why });
+        }
+        self.stats.fsync_faults += 1;
+        self.crash(index).await.map(|_| ())
+    }
+
+    /// Crashes member `index` (see `member.rs`); what its disk lost.
+    pub async fn crash(&mut self, index: usize) -> Result<CrashLoss, Failure> {
+        let crashed = {
+            let mut slots = self.slots.lock();
+            slots[index].member = None;
+            slots[index].crashed.clone()
+        };
+        crashed.notify_waiters();
+        let Some(store) = self.members[index].tear_down() else {
+            return Ok(CrashLoss::default());
+        };
+        let mut yields = 0;
+        while store.strong_count() > 0 {
+            if yields == RELEASE_YIELDS_MAX {
+                return Err(Failure::StoreHeld { member: index });
+            }
+            tokio::task::yield_now().await;
+            yields += 1;
+        }
+        let loss = self.members[index]
+            .disk
+            .crash(&mut self.rng)
+            .map_err(|e| Failure::Setup(format!("reverting member {index}'s unsynced writes: {e}")))?;
+        self.stats.crashes += 1;
+        self.stats.loss.unsynced += loss.unsynced;
+        self.stats.loss.lost += loss.lost;
+        self.stats.loss.torn += loss.torn;
+        Ok(loss)
+    }
+
+    /// Restarts a crashed member; why it would not start, if it did not
+    /// (for a member whose disk flipped a bit, it must not).
+    pub fn restart(&mut self, index: usize) -> Result<(), String> {
+        if self.members[index].is_running() {
+            return Ok(());
+        }
+        self.start(index)?;
+        self.stats.restarts += 1;
+        Ok(())
+    }
+
+    /// Makes member `index`'s disk fail every fdatasync from now on, until
+    /// the member's crash.
+    pub fn fail_syncs(&mut self, index: usize) {
+        self.members[index].disk.fail_syncs();
+    }
+
+    /// Flips a bit of a crashed member's synced log; where, if it could.
+    pub fn flip_bit(&mut self, index: usize) -> Option<(u64, u64)> {
+        self.members[index].disk.flip_bit(&mut self.rng).ok().flatten()
+    }
+
+    /// Each sync of member `index`'s disk takes between these bounds.
+    pub fn set_sync_latency(&mut self, index: usize, low: Duration, high: Duration) {
+        self.members[index].sync_latency_us = (low.as_micros() as u64, high.as_micros() as u64);
+    }
+
+    pub fn set_net_faults(&mut self, faults: NetFaults) {
+        self.network.set_faults(faults);
+    }
+
+    /// Cuts the members in `side` off from the rest.
+    pub fn partition(&mut self, side: &[usize]) {
+        let side: Vec<u64> = side.iter().map(|&i| self.ids[i]).collect();
+        self.network.partition(&side, &self.ids);
+    }
+
+    pub fn heal(&mut self) {
+        self.network.heal();
+    }
+
+    /// The leader member `index` knows of (0: none, or down).
+    pub fn leader(&self, index: usize) -> u64 {
+        self.members[index].member().map_or(0, |m| m.leader())
+    }
+
+    /// Member `index`'s store's current revision, if it runs.
+    pub fn current_revision(&self, index: usize) -> Option<i64> {
+        self.members[index].member().map(|m| m.current_revision())
+    }
+
+    /// The raft index member `index` applied, if it runs.
+    pub fn applied_index(&self, index: usize) -> Option<u64> {
+        self.members[index].member().map(|m| m.applied_index())
+    }
+
+    /// Member `index`'s hash of its keys at `revision` (etcd's HashKV):
+    /// the hash and the compact revision.
+    pub fn hash_kv(&self, index: usize, revision: i64) -> Result<(u32, i64), String> {
+        let member = self.members[index].member().ok_or("the member is down")?;
+        let hash = member.hash_kv(revision).map_err(|e| e.to_string())?;
+        Ok((hash.hash, hash.compact_revision))
+    }
+
+    /// What `key` held at `revision` in member `index`'s store, read
+    /// directly (no ReadIndex).
+    pub fn read_at(&self, index: usize, key: &str, revision: i64) -> Result<Option<(String, i64)>, String> {
+        let member = self.members[index].member().ok_or("the member is down")?;
+        let request = mvcc::RangeRequest {
+            key: key.as_bytes().to_vec(),
+            revision,
+            ..Default::default()
+        };
+        let response = member.read_range(&request).map_err(|e| e.to_string())?;
+        Ok(response
+            .kvs
+            .first()
+            .map(|kv| (String::from_utf8_lossy(&kv.value).into_owned(), kv.mod_revision)))
+    }
+
+    /// Defragments member `index`'s store, on this thread.
+    pub fn defragment(&self, index: usize) -> Result<(), String> {
+        let member = self.members[index].member().ok_or("the member is down")?;
+        member.defragment_blocking().map_err(|e| e.to_string())
+    }
+
+    /// Draws from the cluster's generator (for a caller's choices that
+    /// must follow the seed too).
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+}
+
+/// Member `index`'s flags, as an operator would give them: a new cluster
+/// of `spec.members`, the given timing. The peer URLs name ports no one
+/// listens on: the simulated network carries the messages.
+fn member_config(spec: &SimSpec, index: usize, dir: &std::path::Path) -> Result<crate::config::Config, String> {
+    let url = |i: usize| format!("http://127.0.0.1:{}", 1001 + i);
+    let cluster: Vec<String> = (0..spec.members).map(|i| format!("m{i}={}", url(i))).collect();
+    let args: Vec<String> = vec![
+        "--name".into(),
+        format!("m{index}"),
+        "--data-dir".into(),
+        dir.display().to_string(),
+        "--initial-cluster".into(),
+        cluster.join(","),
+        "--initial-advertise-peer-urls".into(),
+        url(index),
+        "--heartbeat-interval".into(),
+        spec.heartbeat.as_millis().to_string(),
+        "--election-timeout".into(),
+        (spec.heartbeat * spec.election_ticks as u32).as_millis().to_string(),
+    ];
+    crate::flags::parse(&args, &[]).map(|parsed| parsed.config).map_err(|e| e.to_string())
+}

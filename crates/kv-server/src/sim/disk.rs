@@ -1,0 +1,237 @@
+//! The simulated disk under a member's WAL (`wal::Disk`): the files are
+//! real (on a temporary file system), but what is durable is decided
+//! here. Every positioned write is recorded with the bytes it replaced
+//! until the file's next `fdatasync`; a simulated crash then keeps a prefix
+//! of those writes, tears the write at the cut on a sector boundary, and
+//! reverts the rest, as a power loss may. `fdatasync` itself does no I/O:
+//! durability is this bookkeeping, which is why a seed runs in
+//! milliseconds. It can also be made to fail (the member must stop), and
+//! can flip one bit of synced data (the member must notice at its next
+//! start).
+//!
+//! Files are known by the order of their first write, never by inode or
+//! name, so that the choices a seed makes at a crash do not depend on the
+//! file system's numbering.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+
+use parking_lot::Mutex;
+
+use super::rng::Rng;
+
+/// The unit a disk writes whole or not at all (the WAL's medium model).
+pub const SECTOR_BYTES: u64 = 512;
+
+/// Synced writes remembered per file as candidates for a bit flip: the
+/// most recent ones, enough to reach well into a short run's log.
+const SYNCED_WRITES_KEPT: usize = 1024;
+
+/// What a crash did to the writes that were not yet synced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CrashLoss {
+    /// Writes not synced at the crash.
+    pub unsynced: usize,
+    /// Of those, writes reverted whole.
+    pub lost: usize,
+    /// Writes cut on a sector boundary (at most one).
+    pub torn: usize,
+}
+
+#[derive(Debug)]
+struct Write {
+    offset: u64,
+    /// What the write replaced (zeros past the file's old end).
+    old: Vec<u8>,
+    len: u64,
+}
+
+#[derive(Debug)]
+struct FileState {
+    /// The file, opened anew (without `O_DIRECT`) so that the simulator's
+    /// own reads and writes need no alignment.
+    handle: File,
+    unsynced: Vec<Write>,
+    /// (offset, length) of recent synced writes.
+    synced: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Files by the order of their first write.
+    files: BTreeMap<u64, FileState>,
+    /// (device, inode) to a file's number, checked against the file's
+    /// link count, since a removed segment's inode can be reused.
+    numbers: HashMap<(u64, u64), u64>,
+    next_number: u64,
+    /// Every fdatasync fails once set.
+    failing: bool,
+    /// While set (a crash under way) syncs make nothing durable.
+    frozen: bool,
+    syncs: u64,
+    failed_syncs: u64,
+}
+
+/// One member's simulated disk.
+#[derive(Debug, Default)]
+pub struct SimDisk {
+    state: Mutex<State>,
+}
+
+impl SimDisk {
+    /// Makes every later fdatasync fail, as a disk that went bad.
+    pub fn fail_syncs(&self) {
+        self.state.lock().failing = true;
+    }
+
+    /// Syncs that succeeded so far.
+    pub fn syncs(&self) -> u64 {
+        self.state.lock().syncs
+    }
+
+    /// Syncs that failed so far.
+    pub fn failed_syncs(&self) -> u64 {
+        self.state.lock().failed_syncs
+    }
+
+    /// Starts a crash: from now until [`SimDisk::crash`], syncs make
+    /// nothing durable (whatever the member does while it is torn down).
+    pub fn freeze(&self) {
+        self.state.lock().frozen = true;
+    }
+
+    /// Ends a crash: keeps a prefix of each file's unsynced writes, tears
+    /// the write at the cut on a sector boundary and reverts the rest,
+    /// choices drawn from `rng`. The disk then works again.
+    pub fn crash(&self, rng: &mut Rng) -> io::Result<CrashLoss> {
+        let mut state = self.state.lock();
+        let mut loss = CrashLoss::default();
+        for file in state.files.values_mut() {
+            let writes = std::mem::take(&mut file.unsynced);
+            loss.unsynced += writes.len();
+            let kept = rng.below(writes.len() as u64 + 1) as usize;
+            for (i, write) in writes.iter().enumerate().rev() {
+                if i < kept {
+                    break;
+                }
+                let sectors = write.len.div_ceil(SECTOR_BYTES);
+                let whole = if i == kept && sectors > 1 { rng.below(sectors) } else { 0 };
+                let from = (whole * SECTOR_BYTES) as usize;
+                file.handle.write_all_at(&write.old[from..], write.offset + from as u64)?;
+                match whole {
+                    0 => loss.lost += 1,
+                    _ => loss.torn += 1,
+                }
+            }
+        }
+        state.frozen = false;
+        state.failing = false;
+        Ok(loss)
+    }
+
+    /// Flips one bit of a synced write that later synced writes of the
+    /// same file follow (so the flip is inside the log, not at its torn
+    /// end). Returns where, or `None` if no file has such a write.
+    pub fn flip_bit(&self, rng: &mut Rng) -> io::Result<Option<(u64, u64)>> {
+        let state = self.state.lock();
+        let candidates: Vec<(&u64, &FileState)> = state.files.iter().filter(|(_, f)| f.synced.len() > 1).collect();
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        let (number, file) = candidates[rng.below(candidates.len() as u64) as usize];
+        let (offset, len) = file.synced[rng.below(file.synced.len() as u64 - 1) as usize];
+        let at = offset + rng.below(len);
+        let mut byte = [0u8; 1];
+        file.handle.read_exact_at(&mut byte, at)?;
+        byte[0] ^= 1 << rng.below(8);
+        file.handle.write_all_at(&byte, at)?;
+        Ok(Some((*number, at)))
+    }
+
+    /// The number of `file`, known or new.
+    fn number(state: &mut State, file: &File) -> io::Result<u64> {
+        let meta = file.metadata()?;
+        let inode = (meta.dev(), meta.ino());
+        if let Some(&number) = state.numbers.get(&inode) {
+            if let Some(known) = state.files.get(&number) {
+                if known.handle.metadata()?.nlink() > 0 {
+                    return Ok(number);
+                }
+            }
+        }
+        let handle = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+        let number = state.next_number;
+        state.next_number += 1;
+        state.numbers.insert(inode, number);
+        state.files.insert(
+            number,
+            FileState {
+                handle,
+                unsynced: Vec::new(),
+                synced: Vec::new(),
+            },
+        );
+        Ok(number)
+    }
+}
+
+impl wal::Disk for SimDisk {
+    fn write_all_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+        let mut state = self.state.lock();
+        let number = SimDisk::number(&mut state, file)?;
+        let entry = state.files.get_mut(&number).expect("numbered just now");
+        let mut old = vec![0u8; bytes.len()];
+        let mut read = 0;
+        while read < old.len() {
+            match entry.handle.read_at(&mut old[read..], offset + read as u64)? {
+                0 => break,
+                n => read += n,
+            }
+        }
+        // Past the file's old end it read as zeros (as a preallocated
+        // segment does), which a revert writes back.
+        old[read..].fill(0);
+        entry.handle.write_all_at(bytes, offset)?;
+        entry.unsynced.push(Write {
+            offset,
+            old,
+            len: bytes.len() as u64,
+        });
+        Ok(())
+    }
+
+    fn fdatasync(&self, file: &File) -> io::Result<()> {
+        let mut state = self.state.lock();
+        if state.failing {
+            state.failed_syncs += 1;
+            return Err(io::Error::other("simulated fdatasync failure"));
+        }
+        state.syncs += 1;
+        if state.frozen {
+            return Ok(());
+        }
+        let number = SimDisk::number(&mut state, file)?;
+        let entry = state.files.get_mut(&number).expect("numbered just now");
+        for write in entry.unsynced.drain(..) {
+            entry.synced.push((write.offset, write.len));
+        }
+        if entry.synced.len() > SYNCED_WRITES_KEPT {
+            let excess = entry.synced.len() - SYNCED_WRITES_KEPT;
+            entry.synced.drain(..excess);
+        }
+        Ok(())
+    }
+
+    fn fsync_dir(&self, _dir: &Path) -> io::Result<()> {
+        // Files created, renamed or removed are durable at once here: the
+        // simulator loses data within files, not directory entries.
+        Ok(())
+    }
+}

@@ -1,0 +1,245 @@
+//! One simulated member: wired as the server wires one
+//! (`server::wiring`), but not spawned. The simulator holds its raft
+//! loop, its apply stage and their input queues, and takes their turns
+//! itself on one thread, at simulated times: the raft loop's queued inputs
+//! into one `Node::turn`, then every queued apply input into
+//! `Stage::take`, a due compaction step, and the open batch's commit once
+//! the stage's wait would have ended without input. This mirrors
+//! `Node::run` and `Stage::run` step for step, with the clock and the
+//! queue waits made the simulator's.
+//!
+//! A crash tears the member down in the running process: the disk stops
+//! making syncs durable, the loop, the stage and the core are dropped,
+//! their waiting callers hear the member stopped, and once nothing holds
+//! the store any more the disk loses or tears what was not synced. A
+//! restart opens the same directory, as a restarted process would.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::clock::SimClock;
+use super::disk::SimDisk;
+use super::network::SimOutbox;
+use crate::apply::input::ApplyInput;
+use crate::apply::stage::Stage;
+use crate::config::Config;
+use crate::error::Error;
+use crate::halt::Fatal;
+use crate::member::core::Member;
+use crate::raft::input::NodeInput;
+use crate::raft::node::{Node, INPUTS_PER_READY_MAX};
+use crate::server::wiring::{self, World};
+
+/// WAL segments of a simulated member: small, so that a run cuts and
+/// releases segments, and a temporary file system holds many members.
+pub const SIM_SEGMENT_BYTES: u64 = 256 << 10;
+
+/// A member's parts while it runs.
+struct Running {
+    member: Arc<Member>,
+    node: Node,
+    node_inputs: Receiver<NodeInput>,
+    node_sender: SyncSender<NodeInput>,
+    stage: Stage,
+    apply_inputs: Receiver<ApplyInput>,
+    /// When the stage's wait for input would end (then it commits).
+    stage_wake: Instant,
+    store: Weak<mvcc::Store>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// How a member's turn ended badly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// A fault stopped it (`halt.rs`).
+    Fault(String),
+    /// Its loop or stage panicked: an assertion failed.
+    Panic(String),
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stopped::Fault(what) => write!(f, "fault: {what}"),
+            Stopped::Panic(what) => write!(f, "panic: {what}"),
+        }
+    }
+}
+
+pub struct SimMember {
+    pub id: u64,
+    config: Config,
+    pub disk: Arc<SimDisk>,
+    outbox: SimOutbox,
+    running: Option<Running>,
+    /// Until when its disk is busy with the last turn's sync: no turn
+    /// before then.
+    busy_until: Option<Instant>,
+    /// The disk's latency per sync, drawn per sync between these bounds
+    /// (in microseconds).
+    pub sync_latency_us: (u64, u64),
+}
+
+impl SimMember {
+    pub fn new(id: u64, config: Config) -> SimMember {
+        SimMember {
+            id,
+            config,
+            disk: Arc::new(SimDisk::default()),
+            outbox: SimOutbox::default(),
+            running: None,
+            busy_until: None,
+            sync_latency_us: (0, 0),
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// The core, while the member runs.
+    pub fn member(&self) -> Option<&Arc<Member>> {
+        self.running.as_ref().map(|r| &r.member)
+    }
+
+    /// Opens the data directory and wires the member on `clock`, its
+    /// election timeout `election_ticks`.
+    pub fn start(&mut self, clock: SimClock, election_ticks: usize) -> Result<(), Error> {
+        let options = wal::Options {
+            segment_size_bytes: SIM_SEGMENT_BYTES,
+            disk: self.disk.clone(),
+        };
+        let opened = crate::server::start::open(&self.config, options)?;
+        let store = Arc::downgrade(&opened.store);
+        let world = World {
+            outbox: Some(Box::new(self.outbox.clone())),
+            clock: Arc::new(clock),
+            election_ticks: Some(election_ticks),
+        };
+        let wired = wiring::wire(&self.config, opened, &tokio::runtime::Handle::current(), world)?;
+        let tasks = vec![tokio::spawn(wired.member.clone().revoke_expired_leases())];
+        let now = crate::clock::Clock::now(&clock);
+        self.running = Some(Running {
+            stage_wake: wired.stage.next_wake(now),
+            member: wired.member,
+            node: wired.node,
+            node_inputs: wired.node_inputs,
+            node_sender: wired.node_sender,
+            stage: wired.stage,
+            apply_inputs: wired.apply_inputs,
+            store,
+            tasks,
+        });
+        self.busy_until = None;
+        Ok(())
+    }
+
+    /// Delivers a raft message; a full queue drops it, as the transport
+    /// would.
+    pub fn deliver(&self, message: raft::prelude::Message) {
+        if let Some(running) = &self.running {
+            let _ = running.node_sender.try_send(NodeInput::Message(Box::new(message)));
+        }
+    }
+
+    /// Tells the raft loop a snapshot could not be sent to `to`.
+    pub fn snapshot_failed(&self, to: u64) {
+        if let Some(running) = &self.running {
+            let _ = running
+                .node_sender
+                .try_send(NodeInput::SnapshotStatus { to, failed: true });
+        }
+    }
+
+    /// What the raft loop sent since the last call.
+    pub fn sent(&self) -> Vec<raft::prelude::Message> {
+        self.outbox.take()
+    }
+
+    /// When the member next has something to do without input.
+    pub fn next_wake(&self, now: Instant) -> Option<Instant> {
+        let running = self.running.as_ref()?;
+        let wake = running.node.next_wake(now).min(running.stage_wake);
+        Some(self.busy_until.map_or(wake, |busy| wake.max(busy)))
+    }
+
+    /// Takes the member's turns due at `now`; whether it did anything.
+    pub fn step(&mut self, now: Instant, latency: &mut dyn FnMut(u64, u64) -> u64) -> Result<bool, Stopped> {
+        if self.busy_until.is_some_and(|busy| now < busy) {
+            return Ok(false);
+        }
+        let Some(running) = self.running.as_mut() else {
+            return Ok(false);
+        };
+        let syncs = self.disk.syncs();
+        let busy = guarded(|| running.step(now))?;
+        if self.disk.syncs() > syncs && self.sync_latency_us.1 > 0 {
+            let (low, high) = self.sync_latency_us;
+            self.busy_until = Some(now + Duration::from_micros(latency(low, high)));
+        }
+        Ok(busy)
+    }
+
+    /// Tears the member down (see the module docs). Returns what still
+    /// holds its store: the caller waits for it to go before
+    /// [`SimDisk::crash`].
+    pub fn tear_down(&mut self) -> Option<Weak<mvcc::Store>> {
+        let running = self.running.take()?;
+        self.disk.freeze();
+        for task in &running.tasks {
+            task.abort();
+        }
+        running.member.abandon_waiters();
+        let store = running.store.clone();
+        drop(running);
+        let _ = self.outbox.take();
+        Some(store)
+    }
+}
+
+/// Runs `body`, a panic in it made a [`Stopped::Panic`] and a fault a
+/// [`Stopped::Fault`].
+fn guarded<T>(body: impl FnOnce() -> Result<T, Fatal>) -> Result<T, Stopped> {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(fatal)) => Err(Stopped::Fault(fatal.to_string())),
+        Err(panic) => {
+            let text = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic".into());
+            Err(Stopped::Panic(text))
+        }
+    }
+}
+
+impl Running {
+    /// `Node::run`'s and `Stage::run`'s bodies at `now`.
+    fn step(&mut self, now: Instant) -> Result<bool, Fatal> {
+        let mut inputs: Vec<NodeInput> = self.node_inputs.try_iter().take(INPUTS_PER_READY_MAX).collect();
+        let mut busy = false;
+        if !inputs.is_empty() || self.node.next_wake(now) <= now {
+            busy = true;
+            if let Some(done) = self.node.turn(&mut inputs, now)? {
+                let _ = done.send(());
+            }
+        }
+        let mut took = false;
+        while let Ok(input) = self.apply_inputs.try_recv() {
+            self.stage.prepare()?;
+            self.stage.take(Some(input))?;
+            took = true;
+        }
+        self.stage.prepare()?;
+        if took {
+            self.stage_wake = self.stage.next_wake(now);
+        } else if now >= self.stage_wake {
+            self.stage.take(None)?;
+            self.stage_wake = self.stage.next_wake(now);
+        }
+        Ok(busy || took)
+    }
+}

@@ -1,0 +1,191 @@
+//! The simulated network between members: every raft message a member's
+//! loop sends is queued with a delay drawn from the seed, and may be
+//! dropped, duplicated (the copy with its own delay) or, through the
+//! delays, reordered; a partition cuts pairs of members both ways, for
+//! messages in flight too. Delivery is in (time, send order), so the same
+//! seed delivers the same messages in the same order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use raft::prelude::{Message, MessageType};
+
+use super::rng::Rng;
+use crate::raft::input::Outbox;
+
+/// Messages in flight at most; past it the network drops what is sent, as
+/// a full socket buffer would. Far above what 5 members exchange between
+/// two deliveries.
+pub const IN_FLIGHT_MAX: usize = 100_000;
+
+/// How the network misbehaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetFaults {
+    pub drop_per_million: u32,
+    pub duplicate_per_million: u32,
+    pub delay_min: Duration,
+    pub delay_max: Duration,
+}
+
+impl Default for NetFaults {
+    /// A healthy loopback: a tenth of a millisecond to a millisecond.
+    fn default() -> NetFaults {
+        NetFaults {
+            drop_per_million: 0,
+            duplicate_per_million: 0,
+            delay_min: Duration::from_micros(100),
+            delay_max: Duration::from_millis(1),
+        }
+    }
+}
+
+/// What the network did, counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetStats {
+    pub sent: u64,
+    pub delivered: u64,
+    pub dropped: u64,
+    pub duplicated: u64,
+    /// Snapshot messages, which the simulated network does not carry
+    /// (see `member.rs`).
+    pub snapshots_refused: u64,
+}
+
+/// A member's outbox: what its raft loop sent in a turn, until the
+/// simulator takes it into the network.
+#[derive(Debug, Clone, Default)]
+pub struct SimOutbox {
+    sent: Arc<Mutex<Vec<Message>>>,
+}
+
+impl SimOutbox {
+    pub fn take(&self) -> Vec<Message> {
+        std::mem::take(&mut self.sent.lock())
+    }
+}
+
+impl Outbox for SimOutbox {
+    fn send(&mut self, messages: Vec<Message>) {
+        self.sent.lock().extend(messages);
+    }
+}
+
+/// The network.
+#[derive(Debug)]
+pub struct Network {
+    rng: Rng,
+    faults: NetFaults,
+    /// Pairs (lower id, higher id) that cannot reach each other.
+    cut: BTreeSet<(u64, u64)>,
+    in_flight: BTreeMap<(Instant, u64), Message>,
+    sends: u64,
+    stats: NetStats,
+}
+
+fn pair(a: u64, b: u64) -> (u64, u64) {
+    (a.min(b), a.max(b))
+}
+
+impl Network {
+    pub fn new(rng: Rng) -> Network {
+        Network {
+            rng,
+            faults: NetFaults::default(),
+            cut: BTreeSet::new(),
+            in_flight: BTreeMap::new(),
+            sends: 0,
+            stats: NetStats::default(),
+        }
+    }
+
+    pub fn set_faults(&mut self, faults: NetFaults) {
+        self.faults = faults;
+    }
+
+    pub fn faults(&self) -> NetFaults {
+        self.faults
+    }
+
+    pub fn stats(&self) -> NetStats {
+        self.stats
+    }
+
+    /// Cuts every member of `side` off from every member not in it.
+    pub fn partition(&mut self, side: &[u64], members: &[u64]) {
+        for &a in side {
+            for &b in members.iter().filter(|b| !side.contains(b)) {
+                self.cut.insert(pair(a, b));
+            }
+        }
+    }
+
+    /// Ends every partition.
+    pub fn heal(&mut self) {
+        self.cut.clear();
+    }
+
+    pub fn is_cut(&self, a: u64, b: u64) -> bool {
+        self.cut.contains(&pair(a, b))
+    }
+
+    /// Queues what `from` sent at `now`. Snapshot messages are refused
+    /// (the caller tells the sender's raft the send failed).
+    pub fn send(&mut self, now: Instant, messages: Vec<Message>) -> Vec<u64> {
+        let mut refused = Vec::new();
+        for message in messages {
+            self.stats.sent += 1;
+            if message.get_msg_type() == MessageType::MsgSnapshot {
+                self.stats.snapshots_refused += 1;
+                refused.push(message.to);
+                continue;
+            }
+            if self.is_cut(message.from, message.to)
+                || self.rng.chance(self.faults.drop_per_million)
+                || self.in_flight.len() >= IN_FLIGHT_MAX
+            {
+                self.stats.dropped += 1;
+                continue;
+            }
+            if self.rng.chance(self.faults.duplicate_per_million) {
+                self.stats.duplicated += 1;
+                self.queue(now, message.clone());
+            }
+            self.queue(now, message);
+        }
+        refused
+    }
+
+    fn queue(&mut self, now: Instant, message: Message) {
+        let low = self.faults.delay_min.as_micros() as u64;
+        let high = (self.faults.delay_max.as_micros() as u64).max(low);
+        let at = now + Duration::from_micros(self.rng.between(low, high));
+        self.sends += 1;
+        self.in_flight.insert((at, self.sends), message);
+    }
+
+    /// The messages due by `now`, in delivery order; those between members
+    /// cut off since they were sent are dropped.
+    pub fn due(&mut self, now: Instant) -> Vec<Message> {
+        let mut due = Vec::new();
+        while let Some(entry) = self.in_flight.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let message = entry.remove();
+            if self.is_cut(message.from, message.to) {
+                self.stats.dropped += 1;
+                continue;
+            }
+            self.stats.delivered += 1;
+            due.push(message);
+        }
+        due
+    }
+
+    /// When the next message is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.in_flight.keys().next().map(|(at, _)| *at)
+    }
+}

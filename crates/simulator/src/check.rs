@@ -1,0 +1,83 @@
+//! What every seed's end is checked for:
+//! - the history is linearizable (the robustness suite's checker,
+//!   `robustness::linearize`), each key decided or counted undecided;
+//! - the running members converge: one applied index, one revision, one
+//!   HashKV at it;
+//! - nothing acknowledged is lost: every acknowledged put (and successful
+//!   compare-and-swap) is in every running member's store, at its
+//!   revision, with its value, unless compacted away.
+
+use robustness::history::{Call, History, Return};
+use robustness::linearize::{self, Verdict};
+
+use kv_server::sim::SimCluster;
+
+/// The checks' findings.
+#[derive(Debug, Clone, Default)]
+pub struct Findings {
+    /// Keys whose operations have no valid order, with the shrunk
+    /// sub-history that shows it.
+    pub violations: Vec<(String, Vec<robustness::history::Operation>)>,
+    pub undecided: Vec<String>,
+    /// Why the members did not converge, if they did not.
+    pub diverged: Option<String>,
+    /// Acknowledged writes a running member's store lacks.
+    pub lost_writes: Vec<String>,
+}
+
+impl Findings {
+    pub fn failed(&self) -> bool {
+        !self.violations.is_empty() || self.diverged.is_some() || !self.lost_writes.is_empty()
+    }
+}
+
+pub fn linearizability(history: &History, findings: &mut Findings) {
+    for (key, verdict) in linearize::check(history) {
+        match verdict {
+            Verdict::Linearizable => {}
+            Verdict::Violation(operations) => findings.violations.push((key, operations)),
+            Verdict::Undecided => findings.undecided.push(key),
+        }
+    }
+}
+
+/// Whether the running members agree now: `Ok` with their revision, or
+/// what differs.
+pub fn agreement(cluster: &SimCluster) -> Result<i64, String> {
+    let running: Vec<usize> = (0..cluster.size()).filter(|&m| cluster.is_running(m)).collect();
+    let Some(&first) = running.first() else {
+        return Err("no member runs".into());
+    };
+    let applied: Vec<Option<u64>> = running.iter().map(|&m| cluster.applied_index(m)).collect();
+    let revisions: Vec<Option<i64>> = running.iter().map(|&m| cluster.current_revision(m)).collect();
+    if applied.windows(2).any(|w| w[0] != w[1]) || revisions.windows(2).any(|w| w[0] != w[1]) {
+        return Err(format!(
+            "members {running:?} applied {applied:?} at revisions {revisions:?}"
+        ));
+    }
+    let revision = cluster.current_revision(first).unwrap_or(0);
+    let hashes: Vec<Result<(u32, i64), String>> = running.iter().map(|&m| cluster.hash_kv(m, revision)).collect();
+    if hashes.windows(2).any(|w| w[0] != w[1]) || hashes.iter().any(|h| h.is_err()) {
+        return Err(format!("members {running:?} hash revision {revision} as {hashes:?}"));
+    }
+    Ok(revision)
+}
+
+pub fn lost_writes(history: &History, cluster: &SimCluster, findings: &mut Findings) {
+    for operation in &history.operations {
+        let (key, value, revision) = match (&operation.call, &operation.result) {
+            (Call::Put { key, value, .. }, Return::Put { revision }) => (key, value, *revision),
+            (Call::Cas { key, value, .. }, Return::Cas { revision, succeeded: true }) => (key, value, *revision),
+            _ => continue,
+        };
+        for member in (0..cluster.size()).filter(|&m| cluster.is_running(m)) {
+            match cluster.read_at(member, key, revision) {
+                Ok(Some((held, at))) if &held == value && at == revision => {}
+                Err(error) if error.contains("compacted") => {}
+                other => findings.lost_writes.push(format!(
+                    "{key}={value} acknowledged at revision {revision}; member {member} reads {other:?}"
+                )),
+            }
+        }
+    }
+}

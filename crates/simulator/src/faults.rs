@@ -1,0 +1,239 @@
+//! The faults a seed injects while its clients run: every kind the
+//! simulator knows, drawn one at a time at random intervals.
+//!
+//! - network: a partition (a minority cut off, or the leader's side),
+//!   healed later; drops, duplicates and delays (which reorder);
+//! - disk: slow syncs; a failed fdatasync (fatal to its member, which is
+//!   restarted later); unsynced writes lost or torn at every crash; a
+//!   flipped bit in a crashed member's synced log, which its restart must
+//!   refuse (the member then stays down: an operator would rebuild it);
+//! - process: a crash, and a restart after a while;
+//! - maintenance: a compaction, and a defragmentation.
+
+use std::time::Duration;
+
+use kv_server::sim::{Failure, NetFaults, Rng, SimCluster};
+
+/// The longest span between two faults.
+const SPAN_MAX_MS: u64 = 200;
+
+/// The longest a crashed member stays down before the run restarts it.
+const DOWN_MAX_MS: u64 = 600;
+
+/// What the faults did, counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FaultLog {
+    pub partitions: u64,
+    pub net_changes: u64,
+    pub crashes: u64,
+    pub fsync_failures: u64,
+    pub slow_disks: u64,
+    pub flips: u64,
+    /// Flips whose member refused to start, as it must.
+    pub flips_detected: u64,
+    /// Flips after which the member started: each one a failed seed.
+    pub flips_undetected: Vec<String>,
+    pub compactions: u64,
+    pub defrags: u64,
+}
+
+/// A down member and when it comes back (`None`: never, its log is
+/// corrupt).
+struct Down {
+    member: usize,
+    back_at: Option<Duration>,
+}
+
+/// Injects faults into `cluster` for `span` of simulated time.
+pub struct Faults {
+    rng: Rng,
+    down: Vec<Down>,
+    pub log: FaultLog,
+}
+
+impl Faults {
+    pub fn new(rng: Rng) -> Faults {
+        Faults {
+            rng,
+            down: Vec::new(),
+            log: FaultLog::default(),
+        }
+    }
+
+    /// Runs the cluster for `span`, a fault between each stretch.
+    pub async fn run(&mut self, cluster: &mut SimCluster, span: Duration) -> Result<(), Failure> {
+        let end = cluster.elapsed() + span;
+        while cluster.elapsed() < end {
+            let stretch = Duration::from_millis(self.rng.between(5, SPAN_MAX_MS));
+            cluster.run_for(stretch.min(end.saturating_sub(cluster.elapsed()))).await?;
+            self.restart_due(cluster);
+            self.inject(cluster).await?;
+        }
+        Ok(())
+    }
+
+    /// Heals the network, restores the disks, restarts every member that
+    /// can start.
+    pub fn end(&mut self, cluster: &mut SimCluster) {
+        cluster.heal();
+        cluster.set_net_faults(NetFaults::default());
+        for member in 0..cluster.size() {
+            cluster.set_sync_latency(member, Duration::ZERO, Duration::ZERO);
+        }
+        for down in &mut self.down {
+            if down.back_at.is_some() {
+                down.back_at = Some(Duration::ZERO);
+            }
+        }
+        self.restart_due(cluster);
+    }
+
+    /// Members that are down for good.
+    pub fn lost_members(&self) -> Vec<usize> {
+        self.down.iter().filter(|d| d.back_at.is_none()).map(|d| d.member).collect()
+    }
+
+    fn restart_due(&mut self, cluster: &mut SimCluster) {
+        let now = cluster.elapsed();
+        let mut still = Vec::new();
+        for down in std::mem::take(&mut self.down) {
+            match down.back_at {
+                Some(at) if at <= now => {
+                    if let Err(why) = cluster.restart(down.member) {
+                        // Not after a flip (those never come back), so
+                        // the member must start: keep it down and let the
+                        // end's check find the gap.
+                        self.log.flips_undetected.push(format!("member {} would not restart: {why}", down.member));
+                        still.push(Down {
+                            member: down.member,
+                            back_at: None,
+                        });
+                    }
+                }
+                _ => still.push(down),
+            }
+        }
+        // Members stopped by a fault of their own (a failed fsync) are
+        // down without this log knowing: bring them back too.
+        for member in 0..cluster.size() {
+            if !cluster.is_running(member) && !still.iter().any(|d| d.member == member) {
+                let back = now + Duration::from_millis(self.rng.between(10, DOWN_MAX_MS));
+                still.push(Down {
+                    member,
+                    back_at: Some(back),
+                });
+            }
+        }
+        self.down = still;
+    }
+
+    fn running(&mut self, cluster: &SimCluster) -> Option<usize> {
+        let running: Vec<usize> = (0..cluster.size()).filter(|&m| cluster.is_running(m)).collect();
+        (!running.is_empty()).then(|| running[self.rng.below(running.len() as u64) as usize])
+    }
+
+    async fn inject(&mut self, cluster: &mut SimCluster) -> Result<(), Failure> {
+        let size = cluster.size();
+        match self.rng.below(100) {
+            0..15 => {
+                cluster.heal();
+                let count = self.rng.between(1, (size as u64 - 1) / 2) as usize;
+                let first = self.rng.below(size as u64) as usize;
+                let side: Vec<usize> = (0..count).map(|i| (first + i) % size).collect();
+                cluster.partition(&side);
+                self.log.partitions += 1;
+            }
+            15..25 => cluster.heal(),
+            25..40 => {
+                let delay_max = self.rng.between(1, 30);
+                cluster.set_net_faults(NetFaults {
+                    drop_per_million: self.rng.below(200_000) as u32,
+                    duplicate_per_million: self.rng.below(50_000) as u32,
+                    delay_min: Duration::from_micros(100),
+                    delay_max: Duration::from_millis(delay_max),
+                });
+                self.log.net_changes += 1;
+            }
+            40..55 => {
+                if let Some(member) = self.running(cluster) {
+                    cluster.crash(member).await?;
+                    self.down_until_later(cluster, member);
+                    self.log.crashes += 1;
+                }
+            }
+            55..63 => {
+                if let Some(member) = self.running(cluster) {
+                    cluster.fail_syncs(member);
+                    self.log.fsync_failures += 1;
+                }
+            }
+            63..73 => {
+                if let Some(member) = self.running(cluster) {
+                    let slow = Duration::from_millis(self.rng.between(1, 20));
+                    cluster.set_sync_latency(member, slow / 4, slow);
+                    self.log.slow_disks += 1;
+                }
+            }
+            73..78 => self.flip(cluster).await?,
+            78..88 => {
+                if let Some(member) = self.running(cluster) {
+                    let revision = cluster.current_revision(member).unwrap_or(0);
+                    let back = self.rng.below(20) as i64;
+                    if revision - back > 1 {
+                        let clients = cluster.clients();
+                        tokio::spawn(async move {
+                            let _ = clients.compact(member, revision - back).await;
+                        });
+                        self.log.compactions += 1;
+                    }
+                }
+            }
+            88..92 => {
+                if let Some(member) = self.running(cluster) {
+                    if cluster.defragment(member).is_ok() {
+                        self.log.defrags += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn down_until_later(&mut self, cluster: &SimCluster, member: usize) {
+        let back = cluster.elapsed() + Duration::from_millis(self.rng.between(10, DOWN_MAX_MS));
+        self.down.retain(|d| d.member != member);
+        self.down.push(Down {
+            member,
+            back_at: Some(back),
+        });
+    }
+
+    /// Crashes a member, flips a bit of its synced log, and restarts it:
+    /// the restart must refuse. One member per run at most is lost so.
+    async fn flip(&mut self, cluster: &mut SimCluster) -> Result<(), Failure> {
+        if !self.lost_members().is_empty() {
+            return Ok(());
+        }
+        let Some(member) = self.running(cluster) else { return Ok(()) };
+        cluster.crash(member).await?;
+        self.log.crashes += 1;
+        let Some((file, offset)) = cluster.flip_bit(member) else {
+            self.down_until_later(cluster, member);
+            return Ok(());
+        };
+        self.log.flips += 1;
+        match cluster.restart(member) {
+            Err(_) => {
+                self.log.flips_detected += 1;
+                self.down.retain(|d| d.member != member);
+                self.down.push(Down { member, back_at: None });
+            }
+            Ok(()) => self
+                .log
+                .flips_undetected
+                .push(format!("member {member} started with a bit flipped at byte {offset} of file {file}")),
+        }
+        Ok(())
+    }
+}

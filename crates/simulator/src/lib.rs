@@ -1,0 +1,21 @@
+//! The deterministic simulator: whole clusters of real members, run from
+//! seeds, every history checked.
+//!
+//! # Module map
+//! - [`seed`]: one seed, run: the cluster (`kv_server::sim`), clients,
+//!   faults, the end and its checks.
+//! - [`workload`]: the clients' calls, recorded as a history.
+//! - [`faults`]: the faults injected while the clients run.
+//! - [`check`]: linearizability, convergence, lost writes.
+//! - [`broken`]: the builds broken on purpose, which the checks must catch.
+//! - [`report`]: many seeds' results, summed up in one line.
+//!
+//! `docs/design/simulator.md` says how a member is simulated and what is
+//! not; `docs/robustness.md` has the runs.
+
+pub mod broken;
+pub mod check;
+pub mod faults;
+pub mod report;
+pub mod seed;
+pub mod workload;

@@ -1,0 +1,142 @@
+//! One seed, run: a cluster on a fresh current-thread runtime with
+//! tokio's clock paused, its clients, its faults, then the end: faults
+//! healed, every member that can start restarted, the clients' last calls
+//! finished, the members let converge, and the checks (`check.rs`).
+//!
+//! Everything the run does is drawn from the seed, in this order: the
+//! cluster's generator (elections, the network, crashes' losses), then
+//! one per client, then the faults'. The history, sorted by invocation,
+//! is the run's output: the same seed gives it byte for byte.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use kv_server::sim::{Failure, Rng, SimCluster, SimSpec};
+use robustness::history::History;
+
+use crate::check::{self, Findings};
+use crate::faults::{FaultLog, Faults};
+use crate::workload::{self, Recorded};
+
+/// Simulated time the clients call for, with faults.
+const LOAD_SPAN: Duration = Duration::from_millis(1500);
+
+/// How long the end waits for the first leader, the clients' last calls
+/// and the members' convergence, each.
+const SETTLE_WITHIN: Duration = Duration::from_secs(10);
+
+/// The stretch the end runs between looks.
+const SETTLE_STEP: Duration = Duration::from_millis(50);
+
+/// How a seed is run.
+#[derive(Debug, Clone)]
+pub struct SeedSpec {
+    pub seed: u64,
+    pub members: usize,
+    pub root: PathBuf,
+}
+
+/// What one seed did and what its checks found.
+#[derive(Debug)]
+pub struct SeedReport {
+    pub seed: u64,
+    pub members: usize,
+    pub history: History,
+    pub findings: Findings,
+    /// A member stopped on a fault the run did not inject, or the run
+    /// could not be set up.
+    pub failure: Option<String>,
+    pub faults: FaultLog,
+    pub simulated: Duration,
+    pub wall: Duration,
+}
+
+impl SeedReport {
+    pub fn failed(&self) -> bool {
+        self.failure.is_some() || self.findings.failed() || !self.faults.flips_undetected.is_empty()
+    }
+}
+
+/// Runs one seed.
+pub fn run(spec: &SeedSpec) -> SeedReport {
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    let mut report = SeedReport {
+        seed: spec.seed,
+        members: spec.members,
+        history: History::default(),
+        findings: Findings::default(),
+        failure: None,
+        faults: FaultLog::default(),
+        simulated: Duration::ZERO,
+        wall: Duration::ZERO,
+    };
+    runtime.block_on(async {
+        if let Err(failure) = simulate(spec, &mut report).await {
+            report.failure = Some(failure.to_string());
+        }
+    });
+    // The members' tasks end with the runtime, before the directories go.
+    drop(runtime);
+    report.wall = started.elapsed();
+    report
+}
+
+async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failure> {
+    let mut cluster = SimCluster::new(SimSpec {
+        members: spec.members,
+        seed: spec.seed,
+        root: spec.root.clone(),
+        heartbeat: Duration::from_millis(10),
+        election_ticks: 10,
+    })?;
+    let mut seeds = Rng::new(spec.seed ^ 0x5eed_c11e_0000_0000);
+    settle(&mut cluster, |c| (0..c.size()).any(|m| c.leader(m) != 0)).await?;
+    let recorded = Recorded::default();
+    let clients = cluster.clients();
+    let until = clients.now_nanos() + LOAD_SPAN.as_nanos() as u64;
+    let count = 2 + seeds.below(4) as usize;
+    let tasks: Vec<_> = (0..count)
+        .map(|id| {
+            let task = workload::run_client(id, clients.clone(), spec.members, seeds.fork(), until, recorded.clone());
+            tokio::spawn(task)
+        })
+        .collect();
+    let mut faults = Faults::new(seeds.fork());
+    let outcome = faults.run(&mut cluster, LOAD_SPAN).await;
+    faults.end(&mut cluster);
+    report.faults = faults.log.clone();
+    outcome?;
+    settle(&mut cluster, |_| tasks.iter().all(|t| t.is_finished())).await?;
+    let agreed = settle(&mut cluster, |c| check::agreement(c).is_ok()).await?;
+    let mut history = History {
+        operations: recorded.lock().clone(),
+    };
+    history.operations.sort_by_key(|o| (o.invoked, o.client));
+    if !agreed {
+        report.findings.diverged = Some(check::agreement(&cluster).err().unwrap_or_default());
+    }
+    check::linearizability(&history, &mut report.findings);
+    check::lost_writes(&history, &cluster, &mut report.findings);
+    report.history = history;
+    report.simulated = cluster.elapsed();
+    Ok(())
+}
+
+/// Runs the cluster until `done` holds, for at most [`SETTLE_WITHIN`];
+/// whether it came to hold.
+async fn settle(cluster: &mut SimCluster, done: impl Fn(&SimCluster) -> bool) -> Result<bool, Failure> {
+    let mut waited = Duration::ZERO;
+    while !done(cluster) {
+        if waited >= SETTLE_WITHIN {
+            return Ok(false);
+        }
+        cluster.run_for(SETTLE_STEP).await?;
+        waited += SETTLE_STEP;
+    }
+    Ok(true)
+}
