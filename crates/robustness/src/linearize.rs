@@ -141,22 +141,39 @@ impl Search<'_> {
     }
 }
 
-/// A small sub-history of `operations` that is still not linearizable:
-/// first the shortest prefix (by call time) that fails, then operations
-/// dropped one at a time, last first, while the rest still fails. A search
-/// that runs past [`SHRINK_STEPS_MAX`] keeps what it tried to drop, and
-/// shrinking stops after [`SHRINK_WITHIN`].
+/// A small sub-history of `operations` that is still not linearizable,
+/// and whose failure proves the whole history's: first the shortest
+/// closed prefix that fails, then reads dropped one at a time, last first,
+/// while the rest still fails. A search that runs past
+/// [`SHRINK_STEPS_MAX`] keeps what it tried to drop, and shrinking stops
+/// after [`SHRINK_WITHIN`].
+///
+/// Only these cuts keep the proof. A prefix must be closed: it holds every
+/// operation called before any of its known operations returned, since
+/// such an operation may take effect first (an operation called later
+/// takes effect after every one of them). Dropping a read (a get, a
+/// failed compare-and-swap, a delete of nothing) only removes a
+/// constraint; dropping a write could leave a read of its value with no
+/// writer, a failure of the cut and not of the history.
 fn shrink(operations: &[Operation]) -> Vec<Operation> {
     let started = std::time::Instant::now();
     let mut kept = operations.to_vec();
     kept.sort_by_key(|op| op.invoked);
     let fails = |ops: &[Operation]| linearizable(ops, SHRINK_STEPS_MAX) == Some(false);
-    if let Some(end) = (1..=kept.len()).find(|&end| fails(&kept[..end])) {
-        kept.truncate(end);
+    let mut end = 0;
+    while end < kept.len() {
+        end = closed_prefix(&kept, end + 1);
+        if fails(&kept[..end]) {
+            break;
+        }
     }
+    kept.truncate(end);
     let mut index = kept.len();
     while index > 0 && started.elapsed() < SHRINK_WITHIN {
         index -= 1;
+        if !only_reads(&kept[index]) {
+            continue;
+        }
         let mut without = kept.clone();
         without.remove(index);
         if fails(&without) {
@@ -164,6 +181,35 @@ fn shrink(operations: &[Operation]) -> Vec<Operation> {
         }
     }
     kept
+}
+
+/// The end of the smallest closed prefix of `sorted` (by call time) that
+/// holds its first `end` operations.
+fn closed_prefix(sorted: &[Operation], mut end: usize) -> usize {
+    loop {
+        let horizon = sorted[..end]
+            .iter()
+            .filter(|op| !op.is_unknown())
+            .map(|op| op.returned)
+            .max()
+            .unwrap_or(0);
+        let closed = end + sorted[end..].iter().take_while(|op| op.invoked <= horizon).count();
+        if closed == end {
+            return end;
+        }
+        end = closed;
+    }
+}
+
+/// Whether `operation` changed nothing, as it returned.
+fn only_reads(operation: &Operation) -> bool {
+    use crate::history::{Call, Return};
+    matches!(
+        (&operation.call, &operation.result),
+        (Call::Get { .. }, _)
+            | (Call::Cas { .. }, Return::Cas { succeeded: false, .. })
+            | (Call::Delete { .. }, Return::Delete { deleted: 0, .. })
+    )
 }
 
 #[cfg(test)]

@@ -23,6 +23,8 @@ pub struct Findings {
     pub diverged: Option<String>,
     /// Acknowledged writes a running member's store lacks.
     pub lost_writes: Vec<String>,
+    /// Each member at the end: running (applied index, revision) or down.
+    pub members: Vec<String>,
 }
 
 impl Findings {
@@ -61,6 +63,16 @@ pub fn agreement(cluster: &SimCluster) -> Result<i64, String> {
         return Err(format!("members {running:?} hash revision {revision} as {hashes:?}"));
     }
     Ok(revision)
+}
+
+/// Each member's state, for a failed seed's report.
+pub fn member_states(cluster: &SimCluster) -> Vec<String> {
+    (0..cluster.size())
+        .map(|m| match (cluster.applied_index(m), cluster.current_revision(m)) {
+            (Some(applied), Some(revision)) => format!("member {m}: applied {applied}, revision {revision}"),
+            _ => format!("member {m}: down"),
+        })
+        .collect()
 }
 
 pub fn lost_writes(history: &History, cluster: &SimCluster, findings: &mut Findings) {

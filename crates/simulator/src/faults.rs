@@ -48,6 +48,8 @@ struct Down {
 pub struct Faults {
     rng: Rng,
     down: Vec<Down>,
+    /// Set by [`Faults::end`]: members come back at once.
+    ending: bool,
     pub log: FaultLog,
 }
 
@@ -56,6 +58,7 @@ impl Faults {
         Faults {
             rng,
             down: Vec::new(),
+            ending: false,
             log: FaultLog::default(),
         }
     }
@@ -73,12 +76,14 @@ impl Faults {
     }
 
     /// Heals the network, restores the disks, restarts every member that
-    /// can start.
+    /// can start; from now on a member that stops comes back at once.
     pub fn end(&mut self, cluster: &mut SimCluster) {
+        self.ending = true;
         cluster.heal();
         cluster.set_net_faults(NetFaults::default());
         for member in 0..cluster.size() {
             cluster.set_sync_latency(member, Duration::ZERO, Duration::ZERO);
+            cluster.mend_syncs(member);
         }
         for down in &mut self.down {
             if down.back_at.is_some() {
@@ -93,7 +98,8 @@ impl Faults {
         self.down.iter().filter(|d| d.back_at.is_none()).map(|d| d.member).collect()
     }
 
-    fn restart_due(&mut self, cluster: &mut SimCluster) {
+    /// Restarts the members whose time down is over.
+    pub fn restart_due(&mut self, cluster: &mut SimCluster) {
         let now = cluster.elapsed();
         let mut still = Vec::new();
         for down in std::mem::take(&mut self.down) {
@@ -117,7 +123,10 @@ impl Faults {
         // down without this log knowing: bring them back too.
         for member in 0..cluster.size() {
             if !cluster.is_running(member) && !still.iter().any(|d| d.member == member) {
-                let back = now + Duration::from_millis(self.rng.between(10, DOWN_MAX_MS));
+                let back = match self.ending {
+                    true => now,
+                    false => now + Duration::from_millis(self.rng.between(10, DOWN_MAX_MS)),
+                };
                 still.push(Down {
                     member,
                     back_at: Some(back),

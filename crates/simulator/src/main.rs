@@ -48,6 +48,13 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    // The members log through tracing; RUST_LOG shows it (a replay's aid).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     if let Some(members) = args.members {
         if members != 3 && members != 5 {
             eprintln!("--members must be 3 or 5");

@@ -99,6 +99,11 @@ pub fn failure(report: &SeedReport) -> String {
     for lost in report.findings.lost_writes.iter().take(5) {
         let _ = writeln!(out, "  lost: {lost}");
     }
+    if report.failed() {
+        for member in &report.findings.members {
+            let _ = writeln!(out, "  {member}");
+        }
+    }
     for (key, operations) in &report.findings.violations {
         let _ = writeln!(out, "  not linearizable: key {key}, shrunk to {} operations:", operations.len());
         for operation in operations {

@@ -95,7 +95,8 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
         election_ticks: 10,
     })?;
     let mut seeds = Rng::new(spec.seed ^ 0x5eed_c11e_0000_0000);
-    settle(&mut cluster, |c| (0..c.size()).any(|m| c.leader(m) != 0)).await?;
+    let mut faults = Faults::new(Rng::new(spec.seed ^ 0xfa01_7500_0000_0000));
+    settle(&mut cluster, &mut faults, |c| (0..c.size()).any(|m| c.leader(m) != 0)).await?;
     let recorded = Recorded::default();
     let clients = cluster.clients();
     let until = clients.now_nanos() + LOAD_SPAN.as_nanos() as u64;
@@ -106,13 +107,12 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
             tokio::spawn(task)
         })
         .collect();
-    let mut faults = Faults::new(seeds.fork());
     let outcome = faults.run(&mut cluster, LOAD_SPAN).await;
     faults.end(&mut cluster);
     report.faults = faults.log.clone();
     outcome?;
-    settle(&mut cluster, |_| tasks.iter().all(|t| t.is_finished())).await?;
-    let agreed = settle(&mut cluster, |c| check::agreement(c).is_ok()).await?;
+    settle(&mut cluster, &mut faults, |_| tasks.iter().all(|t| t.is_finished())).await?;
+    let agreed = settle(&mut cluster, &mut faults, |c| check::agreement(c).is_ok()).await?;
     let mut history = History {
         operations: recorded.lock().clone(),
     };
@@ -122,20 +122,26 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
     }
     check::linearizability(&history, &mut report.findings);
     check::lost_writes(&history, &cluster, &mut report.findings);
+    report.findings.members = check::member_states(&cluster);
     report.history = history;
     report.simulated = cluster.elapsed();
     Ok(())
 }
 
-/// Runs the cluster until `done` holds, for at most [`SETTLE_WITHIN`];
-/// whether it came to hold.
-async fn settle(cluster: &mut SimCluster, done: impl Fn(&SimCluster) -> bool) -> Result<bool, Failure> {
+/// Runs the cluster until `done` holds, for at most [`SETTLE_WITHIN`],
+/// restarting members whose time down is over; whether it came to hold.
+async fn settle(
+    cluster: &mut SimCluster,
+    faults: &mut Faults,
+    done: impl Fn(&SimCluster) -> bool,
+) -> Result<bool, Failure> {
     let mut waited = Duration::ZERO;
     while !done(cluster) {
         if waited >= SETTLE_WITHIN {
             return Ok(false);
         }
         cluster.run_for(SETTLE_STEP).await?;
+        faults.restart_due(cluster);
         waited += SETTLE_STEP;
     }
     Ok(true)

@@ -173,6 +173,11 @@ fn next_frame(bytes: &[u8], offset: usize) -> Frame<'_> {
             file_bytes: file_bytes as u64,
         });
     }
+    let padding = &bytes[body_start + body_bytes..frame_end];
+    if let Some(stray) = padding.iter().position(|&b| b != 0) {
+        let at = (body_start + body_bytes + stray) as u64;
+        return Frame::Damaged(Corruption::NonZeroPadding { at });
+    }
     Frame::Body {
         body: &bytes[body_start..body_start + body_bytes],
         frame_bytes: frame_end - offset,

@@ -33,6 +33,11 @@ pub enum Corruption {
     /// Non-zero bytes after the end of the data (a zero length word), where
     /// only the preallocated zeros belong.
     BytesAfterEnd { first_nonzero: u64 },
+    /// A frame's padding (the zeros that align the next frame) is not all
+    /// zeros. The crc covers the body only, so a flipped bit here is
+    /// caught by this check alone; a torn write cannot leave it (its
+    /// sectors hold the old zeros or the new frame).
+    NonZeroPadding { at: u64 },
 }
 
 impl std::fmt::Display for Corruption {
@@ -63,6 +68,7 @@ impl std::fmt::Display for Corruption {
                 "entry index {found} leaves a gap (expected at most {expected_at_most})"
             ),
             Corruption::MetadataMismatch => write!(f, "metadata differs from the first segment's"),
+            Corruption::NonZeroPadding { at } => write!(f, "non-zero padding byte at {at}"),
             Corruption::BytesAfterEnd { first_nonzero } => {
                 write!(f, "non-zero byte at {first_nonzero} after the end of the data")
             }

@@ -292,6 +292,11 @@ impl SimCluster {
         self.members[index].disk.fail_syncs();
     }
 
+    /// Makes member `index`'s fdatasync work again.
+    pub fn mend_syncs(&mut self, index: usize) {
+        self.members[index].disk.mend();
+    }
+
     /// Flips a bit of a crashed member's synced log; where, if it could.
     pub fn flip_bit(&mut self, index: usize) -> Option<(u64, u64)> {
         self.members[index].disk.flip_bit(&mut self.rng).ok().flatten()

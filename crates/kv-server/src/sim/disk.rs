@@ -56,7 +56,7 @@ struct FileState {
     /// own reads and writes need no alignment.
     handle: File,
     unsynced: Vec<Write>,
-    /// (offset, length) of recent synced writes.
+    /// (offset, length) of recent synced writes, oldest first.
     synced: Vec<(u64, u64)>,
 }
 
@@ -86,6 +86,12 @@ impl SimDisk {
     /// Makes every later fdatasync fail, as a disk that went bad.
     pub fn fail_syncs(&self) {
         self.state.lock().failing = true;
+    }
+
+    /// Makes fdatasync work again (a failing disk replaced before its
+    /// member's next start).
+    pub fn mend(&self) {
+        self.state.lock().failing = false;
     }
 
     /// Syncs that succeeded so far.
@@ -133,23 +139,32 @@ impl SimDisk {
         Ok(loss)
     }
 
-    /// Flips one bit of a synced write that later synced writes of the
-    /// same file follow (so the flip is inside the log, not at its torn
-    /// end). Returns where, or `None` if no file has such a write.
+    /// Flips one bit of a live file's synced data, before the start of
+    /// its last synced write: the log writes its frames one after the
+    /// other (a direct tail rewrites the block holding its end, from the
+    /// block's start), so every byte there is the log's data, inside it,
+    /// and never its torn end. Returns the file's number and the offset,
+    /// or `None` if no file has such a byte.
     pub fn flip_bit(&self, rng: &mut Rng) -> io::Result<Option<(u64, u64)>> {
         let state = self.state.lock();
-        let candidates: Vec<(&u64, &FileState)> = state.files.iter().filter(|(_, f)| f.synced.len() > 1).collect();
+        let mut candidates = Vec::new();
+        for (number, file) in &state.files {
+            let start = file.synced.last().map_or(0, |(offset, _)| *offset);
+            if start > 0 && file.handle.metadata()?.nlink() > 0 {
+                candidates.push((*number, &file.handle, start));
+            }
+        }
         if candidates.is_empty() {
             return Ok(None);
         }
-        let (number, file) = candidates[rng.below(candidates.len() as u64) as usize];
-        let (offset, len) = file.synced[rng.below(file.synced.len() as u64 - 1) as usize];
-        let at = offset + rng.below(len);
+        let (number, handle, start) = candidates[rng.below(candidates.len() as u64) as usize];
+        let at = rng.below(start);
+        let file = handle;
         let mut byte = [0u8; 1];
-        file.handle.read_exact_at(&mut byte, at)?;
+        file.read_exact_at(&mut byte, at)?;
         byte[0] ^= 1 << rng.below(8);
-        file.handle.write_all_at(&byte, at)?;
-        Ok(Some((*number, at)))
+        file.write_all_at(&byte, at)?;
+        Ok(Some((number, at)))
     }
 
     /// The number of `file`, known or new.
