@@ -192,18 +192,27 @@ fn is_torn(bytes: &[u8], offset: usize, damage: &Corruption) -> bool {
             let word = u64::from_le_bytes(bytes[offset..offset + LENGTH_WORD_BYTES].try_into().expect("8 bytes"));
             let (body_bytes, padding_bytes) = frame::parse_length_word(word).expect("length word was valid");
             let frame_end = offset + LENGTH_WORD_BYTES + body_bytes + padding_bytes;
-            has_zero_sector(&bytes[..frame_end], offset)
+            has_zero_sector(bytes, offset, frame_end)
         }
         _ => false,
     }
 }
 
-/// Whether any sector-aligned piece of `bytes[start..]` is all zeros.
-fn has_zero_sector(bytes: &[u8], start: usize) -> bool {
+/// Whether a sector-aligned piece of the frame `bytes[start..end]` is
+/// all zeros as a sector lost to a torn write leaves it. A lost sector
+/// holds its old contents: zeros past the data, and before the frame the
+/// frames already there; past the frame's end it holds zeros too, since
+/// whatever the torn write put there was lost with it. So a zero piece at
+/// the frame's end counts only if the rest of its sector is zero as well:
+/// a later frame there means that sector landed, and the damage is not a
+/// torn write (a flipped bit in a frame that merely ends in zeros).
+fn has_zero_sector(bytes: &[u8], start: usize, end: usize) -> bool {
     let mut piece_start = start;
-    while piece_start < bytes.len() {
-        let piece_end = ((piece_start / SECTOR_BYTES + 1) * SECTOR_BYTES).min(bytes.len());
-        if bytes[piece_start..piece_end].iter().all(|&b| b == 0) {
+    while piece_start < end {
+        let sector_end = (piece_start / SECTOR_BYTES + 1) * SECTOR_BYTES;
+        let piece_end = sector_end.min(end);
+        let rest = &bytes[piece_end..sector_end.min(bytes.len())];
+        if bytes[piece_start..piece_end].iter().all(|&b| b == 0) && rest.iter().all(|&b| b == 0) {
             return true;
         }
         piece_start = piece_end;
@@ -216,15 +225,24 @@ mod tests {
     use super::*;
 
     // Goal: zero-sector detection looks at sector-aligned pieces of the
-    // frame only. Method: a frame spanning sectors with one zeroed piece.
+    // frame, and a zero piece at the frame's end counts only when the rest
+    // of its sector is zero too. Method: a frame spanning sectors with one
+    // zeroed piece, then a later frame in that sector.
     #[test]
     fn zero_sector_pieces_are_found_by_absolute_alignment() {
         let mut bytes = vec![1u8; 2048];
-        assert!(!has_zero_sector(&bytes, 100));
-        bytes[1024..1100].fill(0);
-        assert!(!has_zero_sector(&bytes[..1100 + 1], 600), "piece 1024..1101 has a 1");
-        assert!(has_zero_sector(&bytes[..1100], 600), "piece 1024..1100 is all zeros");
+        assert!(!has_zero_sector(&bytes, 100, 2048));
+        bytes[1024..1536].fill(0);
+        bytes[1100] = 1;
+        assert!(!has_zero_sector(&bytes, 600, 1101), "piece 1024..1101 has a 1");
+        bytes[1100] = 0;
+        assert!(has_zero_sector(&bytes, 600, 1100), "sector 1024..1536 is all zeros");
+        bytes[1530] = 7;
+        assert!(
+            !has_zero_sector(&bytes, 600, 1100),
+            "piece 1024..1100 is zeros, but a later frame's byte in its sector landed"
+        );
         bytes[1600..2048].fill(0);
-        assert!(has_zero_sector(&bytes, 1600));
+        assert!(has_zero_sector(&bytes, 1600, 2048));
     }
 }
