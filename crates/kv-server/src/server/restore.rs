@@ -100,7 +100,7 @@ pub fn restore(args: &RestoreArgs) -> Result<PathBuf, Error> {
         .map_err(Error::io(&unfinished))?;
     sync_dir(&dir.member())?;
     let store = mvcc::Store::open(&dir.store())?;
-    bootstrap(&dir, &membership, |index| {
+    bootstrap(&dir, &membership, &wal::Options::default(), |index| {
         match backup {
             Some(backup) => store.restore_for_new_cluster(backup.dump, index, membership.encode())?,
             None => restore_etcds(&args.file, !args.skip_hash_check, &dir, &store, index, &membership)?,

@@ -117,7 +117,7 @@ pub(crate) fn open(config: &Config, wal_options: wal::Options) -> Result<Opened,
     if DurableLog::exists(&dir) {
         store_legacy_membership(config, &store)?;
     } else {
-        create_log(config, &dir, &store)?;
+        create_log(config, &dir, &store, &wal_options)?;
     }
     let (log, owner) = DurableLog::open(&dir, &store, wal_options, |store| {
         Ok(stored_membership(store, 0)?.map_or_else(ConfState::default, |m| m.conf_state()))
@@ -169,7 +169,7 @@ fn store_legacy_membership(config: &Config, store: &mvcc::Store) -> Result<(), E
 /// A first start: a member of a new cluster writes the membership from its
 /// flags; a member joining a running cluster learns it from the others
 /// and starts with an empty log.
-fn create_log(config: &Config, dir: &DataDir, store: &mvcc::Store) -> Result<(), Error> {
+fn create_log(config: &Config, dir: &DataDir, store: &mvcc::Store, wal_options: &wal::Options) -> Result<(), Error> {
     // A restore stopped part way leaves the store marked; starting would
     // serve part of the backup.
     if store.is_restoring()? {
@@ -179,10 +179,10 @@ fn create_log(config: &Config, dir: &DataDir, store: &mvcc::Store) -> Result<(),
     }
     if config.initial_cluster_state == "existing" {
         let membership = join::fetch_membership(config, None)?;
-        return DurableLog::create(dir, owner_of(&membership), LogStart::Empty);
+        return DurableLog::create(dir, owner_of(&membership), LogStart::Empty, wal_options);
     }
     let membership = Membership::new_cluster(&config.initial_cluster, &config.initial_cluster_token, &config.name)?;
-    bootstrap(dir, &membership, |index| {
+    bootstrap(dir, &membership, wal_options, |index| {
         store.apply(index, &[mvcc::WriteRequest::Membership(membership.encode())])?;
         store.flush()?;
         Ok(())
@@ -201,10 +201,12 @@ fn owner_of(membership: &Membership) -> LogOwner {
 /// consistent index `index`): the marker records a snapshot there, and
 /// the log starts after it (see [`LogStart::After`]). As etcd, the index
 /// is the number of members. Each step may be redone after a crash: the
-/// log, made last and whole, says whether the start finished.
+/// log, made last and whole, says whether the start finished. The log is
+/// created with `wal_options`.
 pub fn bootstrap(
     dir: &DataDir,
     membership: &Membership,
+    wal_options: &wal::Options,
     write_store: impl FnOnce(u64) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let index = membership.members.len() as u64;
@@ -215,5 +217,5 @@ pub fn bootstrap(
         term: BOOTSTRAP_TERM,
         conf_state: membership.conf_state(),
     };
-    DurableLog::create(dir, owner_of(membership), start)
+    DurableLog::create(dir, owner_of(membership), start, wal_options)
 }

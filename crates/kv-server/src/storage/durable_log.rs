@@ -76,12 +76,12 @@ impl DurableLog {
     /// whole, so a crash leaves either no log (and the member starts anew)
     /// or a complete one. For [`LogStart::After`], the caller has already
     /// recorded the snapshot in the store and the marker.
-    pub fn create(dir: &DataDir, owner: LogOwner, start: LogStart) -> Result<(), Error> {
+    pub fn create(dir: &DataDir, owner: LogOwner, start: LogStart, options: &wal::Options) -> Result<(), Error> {
         let new = dir.new_wal();
         if new.exists() {
             std::fs::remove_dir_all(&new).map_err(Error::io(&new))?;
         }
-        let mut wal = wal::Wal::create(&new, wal::Options::default(), &owner.metadata())?;
+        let mut wal = wal::Wal::create(&new, options.clone(), &owner.metadata())?;
         if let LogStart::After {
             index,
             term,
