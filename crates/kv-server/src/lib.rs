@@ -33,7 +33,8 @@
 //!   the `simulator` crate;
 //! - [`error`]: errors as types; [`halt`]: a fault that stops the member,
 //!   carried up to `main` (nothing below `main` exits the process);
-//!   [`allocator`]: mimalloc's settings.
+//!   [`allocator`]: mimalloc's settings; [`broken`]: the builds broken on
+//!   purpose (failpoints), which the checks must catch.
 //!
 //! # A write, end to end
 //! `api::kv` checks the request and calls `Member::propose`, which
@@ -49,6 +50,7 @@ pub mod allocator;
 pub(crate) mod api;
 pub(crate) mod apply;
 pub(crate) mod auth;
+pub(crate) mod broken;
 pub(crate) mod clock;
 pub mod config;
 pub(crate) mod error;

@@ -7,7 +7,8 @@
 //!   restarted later); unsynced writes lost or torn at every crash; a
 //!   flipped bit in a crashed member's synced log, which its restart must
 //!   refuse (the member then stays down: an operator would rebuild it);
-//! - process: a crash, and a restart after a while;
+//! - process: a crash (at a random moment, or in the middle of a
+//!   member's WAL sync), and a restart after a while;
 //! - maintenance: a compaction, and a defragmentation.
 
 use std::time::Duration;
@@ -19,6 +20,11 @@ const SPAN_MAX_MS: u64 = 200;
 
 /// The longest a crashed member stays down before the run restarts it.
 const DOWN_MAX_MS: u64 = 600;
+
+/// How long a crash meant for a member in the middle of a sync waits for
+/// one to begin, in steps of [`SYNC_WAIT_STEP`].
+const SYNC_WAIT_STEPS_MAX: u32 = 200;
+const SYNC_WAIT_STEP: Duration = Duration::from_micros(100);
 
 /// What the faults did, counted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -82,7 +88,7 @@ impl Faults {
         cluster.heal();
         cluster.set_net_faults(NetFaults::default());
         for member in 0..cluster.size() {
-            cluster.set_sync_latency(member, Duration::ZERO, Duration::ZERO);
+            cluster.heal_sync_latency(member);
             cluster.mend_syncs(member);
         }
         for down in &mut self.down {
@@ -163,13 +169,14 @@ impl Faults {
                 });
                 self.log.net_changes += 1;
             }
-            40..55 => {
+            40..48 => {
                 if let Some(member) = self.running(cluster) {
                     cluster.crash(member).await?;
                     self.down_until_later(cluster, member);
                     self.log.crashes += 1;
                 }
             }
+            48..55 => self.crash_in_sync(cluster).await?,
             55..63 => {
                 if let Some(member) = self.running(cluster) {
                     cluster.fail_syncs(member);
@@ -205,6 +212,22 @@ impl Faults {
                 }
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Crashes a member in the middle of a WAL sync: what the sync covers
+    /// is then not durable, whatever the member already said or did.
+    async fn crash_in_sync(&mut self, cluster: &mut SimCluster) -> Result<(), Failure> {
+        for _ in 0..SYNC_WAIT_STEPS_MAX {
+            let syncing = cluster.syncing();
+            if let Some(&member) = syncing.get(self.rng.below(syncing.len().max(1) as u64) as usize) {
+                cluster.crash(member).await?;
+                self.down_until_later(cluster, member);
+                self.log.crashes += 1;
+                return Ok(());
+            }
+            cluster.run_for(SYNC_WAIT_STEP).await?;
         }
         Ok(())
     }

@@ -29,7 +29,9 @@ pub struct Summary {
     pub partitions: u64,
     pub fsync_failures: u64,
     pub flips_detected: u64,
+    pub lost_unsynced: u64,
     pub torn_writes: u64,
+    pub syncs_cut_short: u64,
 }
 
 impl Summary {
@@ -48,6 +50,9 @@ impl Summary {
         self.partitions += report.faults.partitions;
         self.fsync_failures += report.faults.fsync_failures;
         self.flips_detected += report.faults.flips_detected;
+        self.lost_unsynced += report.loss.lost as u64;
+        self.torn_writes += report.loss.torn as u64;
+        self.syncs_cut_short += report.loss.cut_short as u64;
     }
 
     /// Whether the run fails: any failed seed, or more undecided
@@ -76,8 +81,16 @@ impl Summary {
     pub fn detail(&self) -> String {
         let per_core = self.seeds as f64 / self.wall.as_secs_f64().max(1e-9);
         format!(
-            "operations={} crashes={} partitions={} fsync_failures={} flips_detected={} other_failures={} seeds_per_core_s={per_core:.2}",
-            self.operations, self.crashes, self.partitions, self.fsync_failures, self.flips_detected, self.other_failures
+            "operations={} crashes={} partitions={} fsync_failures={} writes_lost={} writes_torn={} syncs_cut_short={} flips_detected={} other_failures={} seeds_per_core_s={per_core:.2}",
+            self.operations,
+            self.crashes,
+            self.partitions,
+            self.fsync_failures,
+            self.lost_unsynced,
+            self.torn_writes,
+            self.syncs_cut_short,
+            self.flips_detected,
+            self.other_failures
         )
     }
 }

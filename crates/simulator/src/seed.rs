@@ -47,6 +47,8 @@ pub struct SeedReport {
     /// could not be set up.
     pub failure: Option<String>,
     pub faults: FaultLog,
+    /// What the crashes did to unsynced writes.
+    pub loss: kv_server::sim::CrashLoss,
     pub simulated: Duration,
     pub wall: Duration,
 }
@@ -72,6 +74,7 @@ pub fn run(spec: &SeedSpec) -> SeedReport {
         findings: Findings::default(),
         failure: None,
         faults: FaultLog::default(),
+        loss: Default::default(),
         simulated: Duration::ZERO,
         wall: Duration::ZERO,
     };
@@ -125,6 +128,7 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
     report.findings.members = check::member_states(&cluster);
     report.history = history;
     report.simulated = cluster.elapsed();
+    report.loss = cluster.stats().loss;
     Ok(())
 }
 

@@ -10,15 +10,6 @@ use crate::member::core::Member;
 use crate::proto::convert;
 use crate::proto::etcdserverpb as pb;
 
-/// A build broken on purpose, to show the robustness suite catches it:
-/// with the `kv::stale_read` failpoint set, linearizable reads skip the
-/// ReadIndex round and read whatever this member has applied. Off (and
-/// compiled out) unless the `failpoints` feature and the failpoint are on.
-fn stale_reads_on_purpose() -> bool {
-    fail::fail_point!("kv::stale_read", |_| true);
-    false
-}
-
 /// etcd's `isTxnSerializable`: every range of both branches serializable.
 fn txn_is_serializable(request: &pb::TxnRequest) -> bool {
     use pb::request_op::Request;
@@ -39,7 +30,7 @@ impl Member {
         if !request.serializable && self.membership.local_is_learner() {
             return Err(RequestError::NotSupportedForLearner);
         }
-        if !request.serializable && !stale_reads_on_purpose() {
+        if !request.serializable && !crate::broken::stale_read() {
             self.linearize().await?;
         }
         let response = self.store.range(&convert::range_request(request))?;
@@ -59,7 +50,7 @@ impl Member {
         let serializable = txn_is_serializable(&request);
         let checked = convert::txn_request(request)?;
         mvcc::validate::check_txn(&checked, self.config.max_txn_ops)?;
-        if !serializable && !stale_reads_on_purpose() {
+        if !serializable && !crate::broken::stale_read() {
             self.linearize().await?;
         }
         let response = self.store.read_txn(&checked)?;

@@ -157,6 +157,12 @@ impl SimCluster {
         self.members[member].is_running()
     }
 
+    /// The members whose raft loop is blocked in a WAL sync now.
+    pub fn syncing(&self) -> Vec<usize> {
+        let now = self.clock.now();
+        (0..self.members.len()).filter(|&m| self.members[m].is_syncing(now)).collect()
+    }
+
     /// Starts member `member` from its data directory, its election
     /// timeout drawn anew; why it could not.
     fn start(&mut self, index: usize) -> Result<(), String> {
@@ -221,14 +227,13 @@ impl SimCluster {
             let rng = &mut self.rng;
             let stepped = self.members[index].step(now, &mut |low, high| rng.between(low, high));
             match stepped {
-                Ok(did) => busy |= did,
-                Err(why) => self.stopped(index, why).await?,
-            }
-            let sent = self.members[index].sent();
-            if !sent.is_empty() {
-                for to in self.network.send(now, sent) {
-                    self.members[index].snapshot_failed(to);
+                Ok((did, sent)) => {
+                    busy |= did;
+                    for to in self.network.send(now, sent) {
+                        self.members[index].snapshot_failed(to);
+                    }
                 }
+                Err(why) => self.stopped(index, why).await?,
             }
         }
         Ok(busy)
@@ -270,6 +275,7 @@ impl SimCluster {
             .map_err(|e| Failure::Setup(format!("reverting member {index}'s unsynced writes: {e}")))?;
         self.stats.crashes += 1;
         self.stats.loss.unsynced += loss.unsynced;
+        self.stats.loss.cut_short += loss.cut_short;
         self.stats.loss.lost += loss.lost;
         self.stats.loss.torn += loss.torn;
         Ok(loss)
@@ -307,6 +313,11 @@ impl SimCluster {
         self.members[index].sync_latency_us = (low.as_micros() as u64, high.as_micros() as u64);
     }
 
+    /// Member `index`'s disk syncs as a healthy one again.
+    pub fn heal_sync_latency(&mut self, index: usize) {
+        self.members[index].sync_latency_us = super::member::SYNC_LATENCY_US;
+    }
+
     pub fn set_net_faults(&mut self, faults: NetFaults) {
         self.network.set_faults(faults);
     }
@@ -342,6 +353,18 @@ impl SimCluster {
         let member = self.members[index].member().ok_or("the member is down")?;
         let hash = member.hash_kv(revision).map_err(|e| e.to_string())?;
         Ok((hash.hash, hash.compact_revision))
+    }
+
+    /// Every key member `index`'s store holds now, whole (key, value,
+    /// create, mod revision, version, lease), read directly.
+    pub fn all_keys(&self, index: usize) -> Result<Vec<mvcc::KeyValue>, String> {
+        let member = self.members[index].member().ok_or("the member is down")?;
+        let request = mvcc::RangeRequest {
+            key: vec![0],
+            range_end: vec![0],
+            ..Default::default()
+        };
+        Ok(member.read_range(&request).map_err(|e| e.to_string())?.kvs)
     }
 
     /// What `key` held at `revision` in member `index`'s store, read

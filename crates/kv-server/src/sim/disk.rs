@@ -5,7 +5,10 @@
 //! of those writes, tears the write at the cut on a sector boundary, and
 //! reverts the rest, as a power loss may. `fdatasync` itself does no I/O:
 //! durability is this bookkeeping, which is why a seed runs in
-//! milliseconds. It can also be made to fail (the member must stop), and
+//! milliseconds. A sync takes simulated time (the member's thread would
+//! block in it): until the member says it is over ([`SimDisk::settle`]),
+//! the writes it covers are not durable, and a crash meanwhile treats them
+//! as unsynced. It can also be made to fail (the member must stop), and
 //! can flip one bit of synced data (the member must notice at its next
 //! start).
 //!
@@ -36,13 +39,15 @@ const SYNCED_WRITES_KEPT: usize = 1024;
 pub struct CrashLoss {
     /// Writes not synced at the crash.
     pub unsynced: usize,
+    /// Of those, writes whose sync was under way (the crash cut it short).
+    pub cut_short: usize,
     /// Of those, writes reverted whole.
     pub lost: usize,
     /// Writes cut on a sector boundary (at most one).
     pub torn: usize,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Write {
     offset: u64,
     /// What the write replaced (zeros past the file's old end).
@@ -68,6 +73,9 @@ struct State {
     /// link count, since a removed segment's inode can be reused.
     numbers: HashMap<(u64, u64), u64>,
     next_number: u64,
+    /// Writes made durable by syncs still under way, with their files:
+    /// unsynced again if the member crashes before they end.
+    in_flight: Vec<(u64, Write)>,
     /// Every fdatasync fails once set.
     failing: bool,
     /// While set (a crash under way) syncs make nothing durable.
@@ -94,6 +102,11 @@ impl SimDisk {
         self.state.lock().failing = false;
     }
 
+    /// The syncs under way are over: what they covered is durable.
+    pub fn settle(&self) {
+        self.state.lock().in_flight.clear();
+    }
+
     /// Syncs that succeeded so far.
     pub fn syncs(&self) -> u64 {
         self.state.lock().syncs
@@ -116,6 +129,16 @@ impl SimDisk {
     pub fn crash(&self, rng: &mut Rng) -> io::Result<CrashLoss> {
         let mut state = self.state.lock();
         let mut loss = CrashLoss::default();
+        // Syncs the crash cut short made nothing durable.
+        for (number, write) in std::mem::take(&mut state.in_flight).into_iter().rev() {
+            loss.cut_short += 1;
+            if let Some(file) = state.files.get_mut(&number) {
+                if file.synced.last() == Some(&(write.offset, write.len)) {
+                    file.synced.pop();
+                }
+                file.unsynced.insert(0, write);
+            }
+        }
         for file in state.files.values_mut() {
             let writes = std::mem::take(&mut file.unsynced);
             loss.unsynced += writes.len();
@@ -234,13 +257,15 @@ impl wal::Disk for SimDisk {
         }
         let number = SimDisk::number(&mut state, file)?;
         let entry = state.files.get_mut(&number).expect("numbered just now");
-        for write in entry.unsynced.drain(..) {
+        let writes: Vec<Write> = entry.unsynced.drain(..).collect();
+        for write in &writes {
             entry.synced.push((write.offset, write.len));
         }
         if entry.synced.len() > SYNCED_WRITES_KEPT {
             let excess = entry.synced.len() - SYNCED_WRITES_KEPT;
             entry.synced.drain(..excess);
         }
+        state.in_flight.extend(writes.into_iter().map(|write| (number, write)));
         Ok(())
     }
 

@@ -36,6 +36,9 @@ use crate::server::wiring::{self, World};
 /// releases segments, and a temporary file system holds many members.
 pub const SIM_SEGMENT_BYTES: u64 = 256 << 10;
 
+/// A healthy disk's fdatasync, in microseconds: a datacenter SSD's.
+pub const SYNC_LATENCY_US: (u64, u64) = (50, 500);
+
 /// A member's parts while it runs.
 struct Running {
     member: Arc<Member>,
@@ -74,9 +77,13 @@ pub struct SimMember {
     pub disk: Arc<SimDisk>,
     outbox: SimOutbox,
     running: Option<Running>,
-    /// Until when its disk is busy with the last turn's sync: no turn
-    /// before then.
+    /// Until when the raft loop is blocked in the last turn's sync: no
+    /// turn of the loop before then (the apply stage, a thread of its own,
+    /// goes on).
     busy_until: Option<Instant>,
+    /// What the loop sent after that sync began: it leaves when the sync
+    /// is over, and is lost if the member crashes first.
+    held: Vec<raft::prelude::Message>,
     /// The disk's latency per sync, drawn per sync between these bounds
     /// (in microseconds).
     pub sync_latency_us: (u64, u64),
@@ -84,19 +91,26 @@ pub struct SimMember {
 
 impl SimMember {
     pub fn new(id: u64, config: Config) -> SimMember {
+        let disk = Arc::new(SimDisk::default());
         SimMember {
             id,
             config,
-            disk: Arc::new(SimDisk::default()),
-            outbox: SimOutbox::default(),
+            outbox: SimOutbox::new(disk.clone()),
+            disk,
             running: None,
             busy_until: None,
-            sync_latency_us: (0, 0),
+            held: Vec::new(),
+            sync_latency_us: SYNC_LATENCY_US,
         }
     }
 
     pub fn is_running(&self) -> bool {
         self.running.is_some()
+    }
+
+    /// Whether its raft loop is blocked in a sync at `now`.
+    pub fn is_syncing(&self, now: Instant) -> bool {
+        self.busy_until.is_some_and(|busy| now < busy)
     }
 
     /// The core, while the member runs.
@@ -133,6 +147,7 @@ impl SimMember {
             tasks,
         });
         self.busy_until = None;
+        self.held.clear();
         Ok(())
     }
 
@@ -153,33 +168,48 @@ impl SimMember {
         }
     }
 
-    /// What the raft loop sent since the last call.
-    pub fn sent(&self) -> Vec<raft::prelude::Message> {
-        self.outbox.take()
-    }
-
     /// When the member next has something to do without input.
     pub fn next_wake(&self, now: Instant) -> Option<Instant> {
         let running = self.running.as_ref()?;
-        let wake = running.node.next_wake(now).min(running.stage_wake);
-        Some(self.busy_until.map_or(wake, |busy| wake.max(busy)))
+        let node = running.node.next_wake(now);
+        let node = self.busy_until.map_or(node, |busy| node.max(busy));
+        Some(node.min(running.stage_wake))
     }
 
-    /// Takes the member's turns due at `now`; whether it did anything.
-    pub fn step(&mut self, now: Instant, latency: &mut dyn FnMut(u64, u64) -> u64) -> Result<bool, Stopped> {
-        if self.busy_until.is_some_and(|busy| now < busy) {
-            return Ok(false);
-        }
+    /// Takes the member's turns due at `now`: whether it did anything, and
+    /// the messages that leave it now.
+    pub fn step(
+        &mut self,
+        now: Instant,
+        latency: &mut dyn FnMut(u64, u64) -> u64,
+    ) -> Result<(bool, Vec<raft::prelude::Message>), Stopped> {
         let Some(running) = self.running.as_mut() else {
-            return Ok(false);
+            return Ok((false, Vec::new()));
         };
+        let mut out = Vec::new();
+        let blocked = self.busy_until.is_some_and(|busy| now < busy);
+        if !blocked && self.busy_until.take().is_some() {
+            self.disk.settle();
+            out.append(&mut self.held);
+        }
+        self.outbox.begin();
         let syncs = self.disk.syncs();
-        let busy = guarded(|| running.step(now))?;
+        let busy = guarded(|| running.step(now, !blocked))?;
+        let (before_sync, after_sync) = self.outbox.take();
+        out.extend(before_sync);
         if self.disk.syncs() > syncs && self.sync_latency_us.1 > 0 {
             let (low, high) = self.sync_latency_us;
             self.busy_until = Some(now + Duration::from_micros(latency(low, high)));
+            self.held.extend(after_sync);
+        } else {
+            if !blocked {
+                // No sync under way: what this turn synced (with no
+                // latency) is durable now.
+                self.disk.settle();
+            }
+            out.extend(after_sync);
         }
-        Ok(busy)
+        Ok((busy, out))
     }
 
     /// Tears the member down (see the module docs). Returns what still
@@ -195,6 +225,7 @@ impl SimMember {
         let store = running.store.clone();
         drop(running);
         let _ = self.outbox.take();
+        self.held.clear();
         Some(store)
     }
 }
@@ -217,11 +248,16 @@ fn guarded<T>(body: impl FnOnce() -> Result<T, Fatal>) -> Result<T, Stopped> {
 }
 
 impl Running {
-    /// `Node::run`'s and `Stage::run`'s bodies at `now`.
-    fn step(&mut self, now: Instant) -> Result<bool, Fatal> {
-        let mut inputs: Vec<NodeInput> = self.node_inputs.try_iter().take(INPUTS_PER_READY_MAX).collect();
+    /// `Node::run`'s body at `now` (unless the loop is blocked in a sync)
+    /// and `Stage::run`'s.
+    fn step(&mut self, now: Instant, node_free: bool) -> Result<bool, Fatal> {
         let mut busy = false;
-        if !inputs.is_empty() || self.node.next_wake(now) <= now {
+        let due = node_free && self.node.next_wake(now) <= now;
+        let mut inputs: Vec<NodeInput> = match node_free {
+            true => self.node_inputs.try_iter().take(INPUTS_PER_READY_MAX).collect(),
+            false => Vec::new(),
+        };
+        if !inputs.is_empty() || due {
             busy = true;
             if let Some(done) = self.node.turn(&mut inputs, now)? {
                 let _ = done.send(());

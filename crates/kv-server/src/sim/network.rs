@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use raft::prelude::{Message, MessageType};
 
+use super::disk::SimDisk;
 use super::rng::Rng;
 use crate::raft::input::Outbox;
 
@@ -61,21 +62,51 @@ pub struct NetStats {
 }
 
 /// A member's outbox: what its raft loop sent in a turn, until the
-/// simulator takes it into the network.
-#[derive(Debug, Clone, Default)]
+/// simulator takes it into the network, split by whether the loop sent it
+/// before or after the turn's first WAL sync (those after leave only once
+/// the sync is over).
+#[derive(Debug, Clone)]
 pub struct SimOutbox {
-    sent: Arc<Mutex<Vec<Message>>>,
+    sent: Arc<Mutex<Sent>>,
+    disk: Arc<SimDisk>,
+}
+
+#[derive(Debug, Default)]
+struct Sent {
+    /// The disk's sync count when the turn began.
+    syncs_before: u64,
+    before_sync: Vec<Message>,
+    after_sync: Vec<Message>,
 }
 
 impl SimOutbox {
-    pub fn take(&self) -> Vec<Message> {
-        std::mem::take(&mut self.sent.lock())
+    pub fn new(disk: Arc<SimDisk>) -> SimOutbox {
+        SimOutbox {
+            sent: Arc::default(),
+            disk,
+        }
+    }
+
+    /// A turn begins.
+    pub fn begin(&self) {
+        self.sent.lock().syncs_before = self.disk.syncs();
+    }
+
+    /// What the turn sent: (before its first sync, after it).
+    pub fn take(&self) -> (Vec<Message>, Vec<Message>) {
+        let mut sent = self.sent.lock();
+        (std::mem::take(&mut sent.before_sync), std::mem::take(&mut sent.after_sync))
     }
 }
 
 impl Outbox for SimOutbox {
     fn send(&mut self, messages: Vec<Message>) {
-        self.sent.lock().extend(messages);
+        let synced = self.disk.syncs();
+        let mut sent = self.sent.lock();
+        match synced > sent.syncs_before {
+            true => sent.after_sync.extend(messages),
+            false => sent.before_sync.extend(messages),
+        }
     }
 }
 
