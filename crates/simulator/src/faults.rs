@@ -8,7 +8,8 @@
 //!   flipped bit in a crashed member's synced log, which its restart must
 //!   refuse (the member then stays down: an operator would rebuild it);
 //! - process: a crash (at a random moment, or in the middle of a
-//!   member's WAL sync), and a restart after a while;
+//!   member's WAL sync), and a restart after a while; a pause of the whole
+//!   member (a stopped process, a stalled machine);
 //! - maintenance: a compaction, and a defragmentation.
 
 use std::time::Duration;
@@ -26,6 +27,10 @@ const DOWN_MAX_MS: u64 = 600;
 const SYNC_WAIT_STEPS_MAX: u32 = 200;
 const SYNC_WAIT_STEP: Duration = Duration::from_micros(100);
 
+/// The longest pause of a member: past its election timeout, so that the
+/// others elect without it and it comes back to a newer term.
+const PAUSE_MAX_MS: u64 = 400;
+
 /// What the faults did, counted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FaultLog {
@@ -41,6 +46,7 @@ pub struct FaultLog {
     pub flips_undetected: Vec<String>,
     pub compactions: u64,
     pub defrags: u64,
+    pub pauses: u64,
 }
 
 /// A down member and when it comes back (`None`: never, its log is
@@ -209,6 +215,13 @@ impl Faults {
                     if cluster.defragment(member).is_ok() {
                         self.log.defrags += 1;
                     }
+                }
+            }
+            92..97 => {
+                if let Some(member) = self.running(cluster) {
+                    let span = Duration::from_millis(self.rng.between(10, PAUSE_MAX_MS));
+                    cluster.pause(member, span);
+                    self.log.pauses += 1;
                 }
             }
             _ => {}

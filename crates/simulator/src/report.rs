@@ -32,6 +32,8 @@ pub struct Summary {
     pub lost_unsynced: u64,
     pub torn_writes: u64,
     pub syncs_cut_short: u64,
+    pub snapshots: u64,
+    pub pauses: u64,
 }
 
 impl Summary {
@@ -53,6 +55,8 @@ impl Summary {
         self.lost_unsynced += report.loss.lost as u64;
         self.torn_writes += report.loss.torn as u64;
         self.syncs_cut_short += report.loss.cut_short as u64;
+        self.snapshots += report.net.snapshots;
+        self.pauses += report.faults.pauses;
     }
 
     /// Whether the run fails: any failed seed, or more undecided
@@ -81,10 +85,12 @@ impl Summary {
     pub fn detail(&self) -> String {
         let per_core = self.seeds as f64 / self.wall.as_secs_f64().max(1e-9);
         format!(
-            "operations={} crashes={} partitions={} fsync_failures={} writes_lost={} writes_torn={} syncs_cut_short={} flips_detected={} other_failures={} seeds_per_core_s={per_core:.2}",
+            "operations={} crashes={} pauses={} partitions={} snapshots={} fsync_failures={} writes_lost={} writes_torn={} syncs_cut_short={} flips_detected={} other_failures={} seeds_per_core_s={per_core:.2}",
             self.operations,
             self.crashes,
+            self.pauses,
             self.partitions,
+            self.snapshots,
             self.fsync_failures,
             self.lost_unsynced,
             self.torn_writes,

@@ -25,6 +25,13 @@ const LOAD_SPAN: Duration = Duration::from_millis(1500);
 /// and the members' convergence, each.
 const SETTLE_WITHIN: Duration = Duration::from_secs(10);
 
+/// The range `--snapshot-count` is drawn from: a run applies a few hundred
+/// entries, so it takes several snapshots.
+const SNAPSHOT_COUNT: (u64, u64) = (20, 200);
+
+/// The range `--experimental-snapshot-catchup-entries` is drawn from.
+const CATCH_UP_ENTRIES: (u64, u64) = (5, 50);
+
 /// The stretch the end runs between looks.
 const SETTLE_STEP: Duration = Duration::from_millis(50);
 
@@ -49,6 +56,8 @@ pub struct SeedReport {
     pub faults: FaultLog,
     /// What the crashes did to unsynced writes.
     pub loss: kv_server::sim::CrashLoss,
+    /// What the network carried.
+    pub net: kv_server::sim::NetStats,
     pub simulated: Duration,
     pub wall: Duration,
 }
@@ -75,6 +84,7 @@ pub fn run(spec: &SeedSpec) -> SeedReport {
         failure: None,
         faults: FaultLog::default(),
         loss: Default::default(),
+        net: Default::default(),
         simulated: Duration::ZERO,
         wall: Duration::ZERO,
     };
@@ -90,14 +100,20 @@ pub fn run(spec: &SeedSpec) -> SeedReport {
 }
 
 async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failure> {
+    let mut seeds = Rng::new(spec.seed ^ 0x5eed_c11e_0000_0000);
+    // Snapshots often, and a short raft log kept for followers behind, so
+    // that members restarted or cut off catch up by snapshot.
+    let snapshot_count = seeds.between(SNAPSHOT_COUNT.0, SNAPSHOT_COUNT.1);
+    let catch_up_entries = seeds.between(CATCH_UP_ENTRIES.0, CATCH_UP_ENTRIES.1);
     let mut cluster = SimCluster::new(SimSpec {
         members: spec.members,
         seed: spec.seed,
         root: spec.root.clone(),
         heartbeat: Duration::from_millis(10),
         election_ticks: 10,
+        snapshot_count,
+        catch_up_entries,
     })?;
-    let mut seeds = Rng::new(spec.seed ^ 0x5eed_c11e_0000_0000);
     let mut faults = Faults::new(Rng::new(spec.seed ^ 0xfa01_7500_0000_0000));
     settle(&mut cluster, &mut faults, |c| (0..c.size()).any(|m| c.leader(m) != 0)).await?;
     let recorded = Recorded::default();
@@ -129,6 +145,7 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
     report.history = history;
     report.simulated = cluster.elapsed();
     report.loss = cluster.stats().loss;
+    report.net = cluster.net_stats();
     Ok(())
 }
 

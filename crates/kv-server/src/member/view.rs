@@ -94,6 +94,12 @@ impl Member {
         crate::storage::backup::write(&self.store, path)
     }
 
+    /// Everything the store holds, as a raft snapshot carries it, and the
+    /// raft index it reflects (what `peer::snapshot_send` dumps to a file).
+    pub fn store_snapshot(&self) -> mvcc::Result<(u64, Vec<u8>)> {
+        self.store.snapshot()
+    }
+
     /// Flushes what the store applied to disk (on a graceful stop).
     pub fn flush_store(&self) -> mvcc::Result<()> {
         self.store.flush()

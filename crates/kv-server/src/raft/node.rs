@@ -249,6 +249,12 @@ impl Node {
         }
     }
 
+    /// The index of the last snapshot the loop recorded in the WAL (taken
+    /// or installed).
+    pub fn snapshot_index(&self) -> u64 {
+        self.snapshot_index
+    }
+
     /// When the loop has something to do with no input: the next tick,
     /// or, while the apply stage's backlog waits, a retry soon after
     /// `now`. Before the first turn, at once.

@@ -48,6 +48,11 @@ pub struct SimSpec {
     pub heartbeat: Duration,
     /// The election timeout, in heartbeats.
     pub election_ticks: usize,
+    /// `--snapshot-count`: applied entries between snapshots.
+    pub snapshot_count: u64,
+    /// `--experimental-snapshot-catchup-entries`: entries kept for a
+    /// follower behind; one further behind gets a snapshot.
+    pub catch_up_entries: u64,
 }
 
 /// What ends a seed as failed, whatever the clients saw.
@@ -82,8 +87,19 @@ pub struct SimStats {
     pub loss: CrashLoss,
 }
 
+/// A snapshot on its way: when it arrives, from and to which member, the
+/// message and the store's contents.
+struct SnapshotInFlight {
+    at: Instant,
+    from: usize,
+    to: usize,
+    message: raft::prelude::Message,
+    data: Vec<u8>,
+}
+
 pub struct SimCluster {
     spec: SimSpec,
+    snapshots: Vec<SnapshotInFlight>,
     clock: SimClock,
     rng: Rng,
     network: Network,
@@ -114,6 +130,7 @@ impl SimCluster {
         let slots = Arc::new(Mutex::new(vec![Slot::default(); spec.members]));
         let mut cluster = SimCluster {
             spec,
+            snapshots: Vec::new(),
             clock,
             rng,
             network,
@@ -207,6 +224,9 @@ impl SimCluster {
         if let Some(due) = self.network.next_due() {
             next = next.min(due);
         }
+        for snapshot in &self.snapshots {
+            next = next.min(snapshot.at);
+        }
         for member in &self.members {
             if let Some(wake) = member.next_wake(now) {
                 next = next.min(wake);
@@ -215,8 +235,41 @@ impl SimCluster {
         next
     }
 
+    /// Starts carrying a snapshot `from` sent: the store's contents now
+    /// (as the real sender dumps them when it starts), arriving later.
+    fn send_snapshot(&mut self, now: Instant, from: usize, message: raft::prelude::Message) {
+        let to = self.ids.iter().position(|id| *id == message.to);
+        match (to, self.members[from].store_snapshot()) {
+            (Some(to), Some(data)) => {
+                let at = self.network.snapshot_arrival(now);
+                self.snapshots.push(SnapshotInFlight {
+                    at,
+                    from,
+                    to,
+                    message,
+                    data,
+                });
+            }
+            _ => self.members[from].snapshot_sent(message.to, true),
+        }
+    }
+
+    /// Delivers the snapshots due at `now`, in the order they were sent,
+    /// and tells each sender how its transfer ended.
+    fn deliver_snapshots(&mut self, now: Instant) {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.snapshots).into_iter().partition(|s| s.at <= now);
+        self.snapshots = later;
+        for snapshot in due {
+            let to_id = snapshot.message.to;
+            let cut = self.network.is_cut(snapshot.message.from, to_id);
+            let taken = !cut && self.members[snapshot.to].receive_snapshot(snapshot.message, &snapshot.data);
+            self.members[snapshot.from].snapshot_sent(to_id, !taken);
+        }
+    }
+
     /// One round at `now`: deliveries, then each member's turns.
     async fn round(&mut self, now: Instant) -> Result<bool, Failure> {
+        self.deliver_snapshots(now);
         for message in self.network.due(now) {
             if let Some(index) = self.ids.iter().position(|id| *id == message.to) {
                 self.members[index].deliver(message);
@@ -229,8 +282,8 @@ impl SimCluster {
             match stepped {
                 Ok((did, sent)) => {
                     busy |= did;
-                    for to in self.network.send(now, sent) {
-                        self.members[index].snapshot_failed(to);
+                    for snapshot in self.network.send(now, sent) {
+                        self.send_snapshot(now, index, snapshot);
                     }
                 }
                 Err(why) => self.stopped(index, why).await?,
@@ -296,6 +349,12 @@ impl SimCluster {
     /// the member's crash.
     pub fn fail_syncs(&mut self, index: usize) {
         self.members[index].disk.fail_syncs();
+    }
+
+    /// Pauses member `index` for `span`.
+    pub fn pause(&mut self, index: usize, span: Duration) {
+        let until = self.clock.now() + span;
+        self.members[index].pause(until);
     }
 
     /// Makes member `index`'s fdatasync work again.
@@ -415,6 +474,10 @@ fn member_config(spec: &SimSpec, index: usize, dir: &std::path::Path) -> Result<
         spec.heartbeat.as_millis().to_string(),
         "--election-timeout".into(),
         (spec.heartbeat * spec.election_ticks as u32).as_millis().to_string(),
+        "--snapshot-count".into(),
+        spec.snapshot_count.to_string(),
+        "--experimental-snapshot-catchup-entries".into(),
+        spec.catch_up_entries.to_string(),
     ];
     crate::flags::parse(&args, &[]).map(|parsed| parsed.config).map_err(|e| e.to_string())
 }

@@ -84,6 +84,10 @@ pub struct SimMember {
     /// What the loop sent after that sync began: it leaves when the sync
     /// is over, and is lost if the member crashes first.
     held: Vec<raft::prelude::Message>,
+    /// Until when the whole member is paused (as a stopped process, or a
+    /// long stall of its machine): no turn of either thread before then;
+    /// what peers send it waits in its queue.
+    paused_until: Option<Instant>,
     /// The disk's latency per sync, drawn per sync between these bounds
     /// (in microseconds).
     pub sync_latency_us: (u64, u64),
@@ -100,12 +104,18 @@ impl SimMember {
             running: None,
             busy_until: None,
             held: Vec::new(),
+            paused_until: None,
             sync_latency_us: SYNC_LATENCY_US,
         }
     }
 
     pub fn is_running(&self) -> bool {
         self.running.is_some()
+    }
+
+    /// Pauses the member until `until`.
+    pub fn pause(&mut self, until: Instant) {
+        self.paused_until = Some(until);
     }
 
     /// Whether its raft loop is blocked in a sync at `now`.
@@ -159,13 +169,30 @@ impl SimMember {
         }
     }
 
-    /// Tells the raft loop a snapshot could not be sent to `to`.
-    pub fn snapshot_failed(&self, to: u64) {
+    /// Tells the raft loop how sending a snapshot to `to` ended.
+    pub fn snapshot_sent(&self, to: u64, failed: bool) {
         if let Some(running) = &self.running {
-            let _ = running
-                .node_sender
-                .try_send(NodeInput::SnapshotStatus { to, failed: true });
+            let _ = running.node_sender.try_send(NodeInput::SnapshotStatus { to, failed });
         }
+    }
+
+    /// The store's contents for a snapshot (`peer::snapshot_send`'s dump).
+    pub fn store_snapshot(&self) -> Option<Vec<u8>> {
+        let running = self.running.as_ref()?;
+        running.member.store_snapshot().ok().map(|(_, data)| data)
+    }
+
+    /// Receives a snapshot as `peer::snapshot_receive` does: the data to
+    /// the pending file its message names, then the message to the raft
+    /// loop. Whether the member took it.
+    pub fn receive_snapshot(&self, message: raft::prelude::Message, data: &[u8]) -> bool {
+        let Some(running) = &self.running else { return false };
+        let metadata = message.get_snapshot().get_metadata();
+        let dir = crate::storage::layout::DataDir::new(self.config.data_dir());
+        let temporary = dir.incoming_snapshot(metadata.index);
+        let written = std::fs::write(&temporary, data)
+            .and_then(|()| std::fs::rename(&temporary, dir.pending_snapshot(metadata.index, metadata.term)));
+        written.is_ok() && running.node_sender.try_send(NodeInput::Message(Box::new(message))).is_ok()
     }
 
     /// When the member next has something to do without input.
@@ -173,7 +200,8 @@ impl SimMember {
         let running = self.running.as_ref()?;
         let node = running.node.next_wake(now);
         let node = self.busy_until.map_or(node, |busy| node.max(busy));
-        Some(node.min(running.stage_wake))
+        let wake = node.min(running.stage_wake);
+        Some(self.paused_until.map_or(wake, |paused| wake.max(paused)))
     }
 
     /// Takes the member's turns due at `now`: whether it did anything, and
@@ -186,6 +214,10 @@ impl SimMember {
         let Some(running) = self.running.as_mut() else {
             return Ok((false, Vec::new()));
         };
+        if self.paused_until.is_some_and(|paused| now < paused) {
+            return Ok((false, Vec::new()));
+        }
+        self.paused_until = None;
         let mut out = Vec::new();
         let blocked = self.busy_until.is_some_and(|busy| now < busy);
         if !blocked && self.busy_until.take().is_some() {
@@ -194,7 +226,15 @@ impl SimMember {
         }
         self.outbox.begin();
         let syncs = self.disk.syncs();
+        let snapshot_index = running.node.snapshot_index();
         let busy = guarded(|| running.step(now, !blocked))?;
+        if running.node.snapshot_index() != snapshot_index {
+            // The turn recorded a snapshot and, after that sync, wrote the
+            // snapshot marker (or handed the apply stage a snapshot to
+            // install), which this model cannot take back: a crash may
+            // not cut that sync short.
+            self.disk.settle();
+        }
         let (before_sync, after_sync) = self.outbox.take();
         out.extend(before_sync);
         if self.disk.syncs() > syncs && self.sync_latency_us.1 > 0 {

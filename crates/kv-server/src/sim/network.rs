@@ -56,9 +56,8 @@ pub struct NetStats {
     pub delivered: u64,
     pub dropped: u64,
     pub duplicated: u64,
-    /// Snapshot messages, which the simulated network does not carry
-    /// (see `member.rs`).
-    pub snapshots_refused: u64,
+    /// Snapshot messages, carried apart (`cluster.rs`).
+    pub snapshots: u64,
 }
 
 /// A member's outbox: what its raft loop sent in a turn, until the
@@ -168,15 +167,16 @@ impl Network {
         self.cut.contains(&pair(a, b))
     }
 
-    /// Queues what `from` sent at `now`. Snapshot messages are refused
-    /// (the caller tells the sender's raft the send failed).
-    pub fn send(&mut self, now: Instant, messages: Vec<Message>) -> Vec<u64> {
-        let mut refused = Vec::new();
+    /// Queues what a member sent at `now`; returns its snapshot messages,
+    /// which the caller carries with the store's contents, as the real
+    /// transport streams them apart from the raft messages.
+    pub fn send(&mut self, now: Instant, messages: Vec<Message>) -> Vec<Message> {
+        let mut snapshots = Vec::new();
         for message in messages {
             self.stats.sent += 1;
             if message.get_msg_type() == MessageType::MsgSnapshot {
-                self.stats.snapshots_refused += 1;
-                refused.push(message.to);
+                self.stats.snapshots += 1;
+                snapshots.push(message);
                 continue;
             }
             if self.is_cut(message.from, message.to)
@@ -193,7 +193,14 @@ impl Network {
             }
             self.queue(now, message);
         }
-        refused
+        snapshots
+    }
+
+    /// When a snapshot sent at `now` arrives: its transfer takes a few
+    /// deliveries' time.
+    pub fn snapshot_arrival(&mut self, now: Instant) -> Instant {
+        let high = (self.faults.delay_max.as_micros() as u64).max(1) * 4;
+        now + Duration::from_micros(self.rng.between(high / 4, high))
     }
 
     fn queue(&mut self, now: Instant, message: Message) {
