@@ -18,7 +18,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:?usage: robustness.sh ROUNDS [--fault F] [--seed S]}
 shift
-cargo build --release -p kv-server --features failpoints -p robustness >&2
+# The simulator too: its `sim` feature of kv-server is then on here as in
+# the test command's build, which this build then matches (no rebuild).
+cargo build --release -p kv-server --features failpoints -p robustness -p simulator >&2
 case "${ROBUSTNESS_TARGET:-kv-server}" in
 kv-server)
     exec target/release/robustness --binary target/release/kv-server --failpoints --rounds "$rounds" "$@"

@@ -41,10 +41,23 @@ pub fn named(name: &str) -> Option<Broken> {
     BROKEN.iter().copied().find(|b| b.name == name)
 }
 
-/// Arms `broken` for this process; why it cannot.
+/// Arms `broken` for this process (and only it: arming one disarms the
+/// others); why it cannot.
 pub fn arm(broken: Broken) -> Result<(), String> {
-    if !cfg!(feature = "failpoints") {
-        return Err("this simulator was built without the failpoints feature (`--features failpoints`)".into());
+    // The member's failpoints are compiled in when the `fail` crate has
+    // them, whichever package's feature asked for it.
+    if !fail::has_failpoints() {
+        return Err("this simulator was built without failpoints (`--features failpoints`)".into());
+    }
+    for other in BROKEN {
+        fail::remove(other.failpoint);
     }
     fail::cfg(broken.failpoint, "return").map_err(|e| format!("arming {}: {e}", broken.failpoint))
+}
+
+/// Disarms every broken build.
+pub fn disarm() {
+    for broken in BROKEN {
+        fail::remove(broken.failpoint);
+    }
 }

@@ -61,7 +61,9 @@ pub fn agreement(cluster: &SimCluster) -> Result<i64, String> {
     let revision = cluster.current_revision(first).unwrap_or(0);
     let contents: Vec<_> = running.iter().map(|&m| cluster.all_keys(m)).collect();
     if contents.windows(2).any(|w| w[0] != w[1]) || contents.iter().any(|c| c.is_err()) {
-        return Err(format!("members {running:?} hold different keys at revision {revision}: {contents:?}"));
+        return Err(format!(
+            "members {running:?} hold different keys at revision {revision}: {contents:?}"
+        ));
     }
     // HashKV as etcd's corruption check compares it: between members that
     // report the same compact revision (a member remembers the hash it took
@@ -92,7 +94,13 @@ pub fn lost_writes(history: &History, cluster: &SimCluster, findings: &mut Findi
     for operation in &history.operations {
         let (key, value, revision) = match (&operation.call, &operation.result) {
             (Call::Put { key, value, .. }, Return::Put { revision }) => (key, value, *revision),
-            (Call::Cas { key, value, .. }, Return::Cas { revision, succeeded: true }) => (key, value, *revision),
+            (
+                Call::Cas { key, value, .. },
+                Return::Cas {
+                    revision,
+                    succeeded: true,
+                },
+            ) => (key, value, *revision),
             _ => continue,
         };
         for member in (0..cluster.size()).filter(|&m| cluster.is_running(m)) {

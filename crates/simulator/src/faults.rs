@@ -80,7 +80,9 @@ impl Faults {
         let end = cluster.elapsed() + span;
         while cluster.elapsed() < end {
             let stretch = Duration::from_millis(self.rng.between(5, SPAN_MAX_MS));
-            cluster.run_for(stretch.min(end.saturating_sub(cluster.elapsed()))).await?;
+            cluster
+                .run_for(stretch.min(end.saturating_sub(cluster.elapsed())))
+                .await?;
             self.restart_due(cluster);
             self.inject(cluster).await?;
         }
@@ -107,7 +109,11 @@ impl Faults {
 
     /// Members that are down for good.
     pub fn lost_members(&self) -> Vec<usize> {
-        self.down.iter().filter(|d| d.back_at.is_none()).map(|d| d.member).collect()
+        self.down
+            .iter()
+            .filter(|d| d.back_at.is_none())
+            .map(|d| d.member)
+            .collect()
     }
 
     /// Restarts the members whose time down is over.
@@ -121,7 +127,9 @@ impl Faults {
                         // Not after a flip (those never come back), so
                         // the member must start: keep it down and let the
                         // end's check find the gap.
-                        self.log.flips_undetected.push(format!("member {} would not restart: {why}", down.member));
+                        self.log
+                            .flips_undetected
+                            .push(format!("member {} would not restart: {why}", down.member));
                         still.push(Down {
                             member: down.member,
                             back_at: None,
@@ -154,27 +162,8 @@ impl Faults {
     }
 
     async fn inject(&mut self, cluster: &mut SimCluster) -> Result<(), Failure> {
-        let size = cluster.size();
         match self.rng.below(100) {
-            0..15 => {
-                cluster.heal();
-                let count = self.rng.between(1, (size as u64 - 1) / 2) as usize;
-                let first = self.rng.below(size as u64) as usize;
-                let side: Vec<usize> = (0..count).map(|i| (first + i) % size).collect();
-                cluster.partition(&side);
-                self.log.partitions += 1;
-            }
-            15..25 => cluster.heal(),
-            25..40 => {
-                let delay_max = self.rng.between(1, 30);
-                cluster.set_net_faults(NetFaults {
-                    drop_per_million: self.rng.below(200_000) as u32,
-                    duplicate_per_million: self.rng.below(50_000) as u32,
-                    delay_min: Duration::from_micros(100),
-                    delay_max: Duration::from_millis(delay_max),
-                });
-                self.log.net_changes += 1;
-            }
+            kind @ 0..40 => self.network(cluster, kind),
             40..48 => {
                 if let Some(member) = self.running(cluster) {
                     cluster.crash(member).await?;
@@ -229,6 +218,33 @@ impl Faults {
         Ok(())
     }
 
+    /// A network fault: a partition (`kind` below 15), a heal, or new
+    /// drop, duplicate and delay rates.
+    fn network(&mut self, cluster: &mut SimCluster, kind: u64) {
+        let size = cluster.size() as u64;
+        match kind {
+            0..15 => {
+                cluster.heal();
+                let count = self.rng.between(1, (size - 1) / 2);
+                let first = self.rng.below(size);
+                let side: Vec<usize> = (0..count).map(|i| ((first + i) % size) as usize).collect();
+                cluster.partition(&side);
+                self.log.partitions += 1;
+            }
+            15..25 => cluster.heal(),
+            _ => {
+                let delay_max = self.rng.between(1, 30);
+                cluster.set_net_faults(NetFaults {
+                    drop_per_million: self.rng.below(200_000) as u32,
+                    duplicate_per_million: self.rng.below(50_000) as u32,
+                    delay_min: Duration::from_micros(100),
+                    delay_max: Duration::from_millis(delay_max),
+                });
+                self.log.net_changes += 1;
+            }
+        }
+    }
+
     /// Crashes a member in the middle of a WAL sync: what the sync covers
     /// is then not durable, whatever the member already said or did.
     async fn crash_in_sync(&mut self, cluster: &mut SimCluster) -> Result<(), Failure> {
@@ -260,7 +276,9 @@ impl Faults {
         if !self.lost_members().is_empty() {
             return Ok(());
         }
-        let Some(member) = self.running(cluster) else { return Ok(()) };
+        let Some(member) = self.running(cluster) else {
+            return Ok(());
+        };
         cluster.crash(member).await?;
         self.log.crashes += 1;
         let Some((file, offset)) = cluster.flip_bit(member) else {
@@ -274,10 +292,9 @@ impl Faults {
                 self.down.retain(|d| d.member != member);
                 self.down.push(Down { member, back_at: None });
             }
-            Ok(()) => self
-                .log
-                .flips_undetected
-                .push(format!("member {member} started with a bit flipped at byte {offset} of file {file}")),
+            Ok(()) => self.log.flips_undetected.push(format!(
+                "member {member} started with a bit flipped at byte {offset} of file {file}"
+            )),
         }
         Ok(())
     }

@@ -6,15 +6,15 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use clap::Parser;
 use parking_lot::Mutex;
 
+use simulator::broken;
 use simulator::report::{self, Summary};
 use simulator::seed::{self, SeedSpec};
-use simulator::broken;
 
 #[derive(Parser, Debug)]
 #[command(about = "Runs seeds of the deterministic cluster simulator")]
@@ -55,66 +55,13 @@ fn main() {
             .with_writer(std::io::stderr)
             .init();
     }
-    if let Some(members) = args.members {
-        if members != 3 && members != 5 {
-            eprintln!("--members must be 3 or 5");
-            std::process::exit(2);
-        }
+    if let Err(why) = check(&args) {
+        eprintln!("{why}");
+        std::process::exit(2);
     }
-    if let Some(name) = &args.broken {
-        let Some(broken) = broken::named(name) else {
-            eprintln!("no broken build named {name}");
-            std::process::exit(2);
-        };
-        if let Err(why) = broken::arm(broken) {
-            eprintln!("{why}");
-            std::process::exit(2);
-        }
-    }
-    let root = if args.root.is_dir() { args.root.clone() } else { std::env::temp_dir() };
     let started = Instant::now();
-    let next = AtomicU64::new(0);
-    let summary = Mutex::new(Summary::default());
-    let first_failed: Mutex<Option<u64>> = Mutex::new(None);
-    let history: Mutex<Option<(u64, String)>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..args.jobs.max(1) {
-            scope.spawn(|| loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                if index >= args.seeds || (args.stop_on_failure && first_failed.lock().is_some()) {
-                    return;
-                }
-                let seed = args.seed + index;
-                let members = args.members.unwrap_or(if seed % 4 == 3 { 5 } else { 3 });
-                let report = seed::run(&SeedSpec {
-                    seed,
-                    members,
-                    root: root.clone(),
-                });
-                if report.failed() {
-                    let mut text = report::failure(&report);
-                    if let Some(name) = &args.broken {
-                        text = text.replace("--history", &format!("--break {name} --history"));
-                    }
-                    eprint!("{text}");
-                    first_failed.lock().get_or_insert(seed);
-                }
-                {
-                    let mut kept = history.lock();
-                    let replace = match &*kept {
-                        None => true,
-                        Some((kept_seed, _)) => report.failed() && first_failed.lock().is_some_and(|f| f == seed && *kept_seed != seed),
-                    };
-                    if replace {
-                        *kept = Some((seed, serde_json::to_string_pretty(&report.history).unwrap_or_default()));
-                    }
-                }
-                summary.lock().add(&report);
-            });
-        }
-    });
-    let summary = summary.into_inner();
-    if let (Some(path), Some((_, text))) = (&args.history, history.into_inner()) {
+    let (summary, history) = run_seeds(&args);
+    if let (Some(path), Some(text)) = (&args.history, history) {
         if let Err(error) = std::fs::write(path, text) {
             eprintln!("writing {}: {error}", path.display());
         }
@@ -125,4 +72,73 @@ fn main() {
     if summary.failed() {
         std::process::exit(1);
     }
+}
+
+/// Checks the arguments, and arms the broken build asked for.
+fn check(args: &Args) -> Result<(), String> {
+    if args.members.is_some_and(|members| members != 3 && members != 5) {
+        return Err("--members must be 3 or 5".into());
+    }
+    if let Some(name) = &args.broken {
+        let broken = broken::named(name).ok_or_else(|| format!("no broken build named {name}"))?;
+        broken::arm(broken)?;
+    }
+    Ok(())
+}
+
+/// The history `--history` keeps: the lowest failed seed's, or if none
+/// failed the lowest seed's, whatever order the jobs ran them in.
+#[derive(Default)]
+struct Kept {
+    /// (passed, seed): the smallest wins.
+    rank: Option<(bool, u64)>,
+    history: String,
+}
+
+/// Runs the seeds on `--jobs` threads; the summary and the kept history.
+fn run_seeds(args: &Args) -> (Summary, Option<String>) {
+    let root = if args.root.is_dir() {
+        args.root.clone()
+    } else {
+        std::env::temp_dir()
+    };
+    let next = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    let summary = Mutex::new(Summary::default());
+    let kept = Mutex::new(Kept::default());
+    std::thread::scope(|scope| {
+        for _ in 0..args.jobs.max(1) {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= args.seeds || (args.stop_on_failure && failed.load(Ordering::Relaxed)) {
+                    return;
+                }
+                let seed = args.seed + index;
+                let members = args.members.unwrap_or_else(|| seed::members_for(seed));
+                let report = seed::run(&SeedSpec {
+                    seed,
+                    members,
+                    root: root.clone(),
+                });
+                if report.failed() {
+                    let text = report::failure(&report);
+                    match &args.broken {
+                        Some(name) => eprint!("{}", text.replace("--history", &format!("--break {name} --history"))),
+                        None => eprint!("{text}"),
+                    }
+                    failed.store(true, Ordering::Relaxed);
+                }
+                let rank = (!report.failed(), seed);
+                let mut kept = kept.lock();
+                if args.history.is_some() && kept.rank.is_none_or(|best| rank < best) {
+                    kept.rank = Some(rank);
+                    kept.history = serde_json::to_string_pretty(&report.history).unwrap_or_default();
+                }
+                drop(kept);
+                summary.lock().add(&report);
+            });
+        }
+    });
+    let kept = kept.into_inner();
+    (summary.into_inner(), kept.rank.map(|_| kept.history))
 }

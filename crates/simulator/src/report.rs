@@ -124,7 +124,11 @@ pub fn failure(report: &SeedReport) -> String {
         }
     }
     for (key, operations) in &report.findings.violations {
-        let _ = writeln!(out, "  not linearizable: key {key}, shrunk to {} operations:", operations.len());
+        let _ = writeln!(
+            out,
+            "  not linearizable: key {key}, shrunk to {} operations:",
+            operations.len()
+        );
         for operation in operations {
             let _ = writeln!(out, "    {}", serde_json::to_string(operation).unwrap_or_default());
         }

@@ -91,7 +91,13 @@ impl Client {
                     self.lease = Lease::Attached(*lease);
                 }
             }
-            (Call::Cas { key, .. }, Return::Cas { revision, succeeded: true }) => {
+            (
+                Call::Cas { key, .. },
+                Return::Cas {
+                    revision,
+                    succeeded: true,
+                },
+            ) => {
                 self.seen.insert(key.clone(), *revision);
             }
             (Call::LeaseGrant { id }, Return::LeaseGrant) => self.lease = Lease::Granted(*id),

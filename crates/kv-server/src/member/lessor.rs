@@ -100,7 +100,9 @@ impl Lessor {
     pub fn granted(&self, id: i64, ttl: i64) {
         let mut inner = self.inner.lock();
         if inner.primary_term.is_some() {
-            inner.deadlines.insert(id, Deadline::after(self.clock.now(), seconds(ttl)));
+            inner
+                .deadlines
+                .insert(id, Deadline::after(self.clock.now(), seconds(ttl)));
         }
     }
 

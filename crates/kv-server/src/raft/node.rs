@@ -298,7 +298,10 @@ impl Node {
         }
         if let Some(context) = self.reads.start_round(now) {
             let raft = &self.raw.raft;
-            if raft.state == StateRole::Leader && !raft.commit_to_current_term() && crate::broken::skip_read_term_check() {
+            if raft.state == StateRole::Leader
+                && !raft.commit_to_current_term()
+                && crate::broken::skip_read_term_check()
+            {
                 let index = raft.raft_log.committed;
                 if let Some(waiters) = self.reads.answered(&context) {
                     self.send_apply(ApplyInput::Read { index, waiters });

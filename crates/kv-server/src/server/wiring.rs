@@ -110,10 +110,7 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
         .unwrap_or_else(|| Box::new(PeerTransport::new(shared.peers.clone())));
     let node = Node::new(
         NodeParts {
-            config: NodeConfig {
-                fixed_election_ticks: world.election_ticks,
-                ..node_config(config, local_id)
-            },
+            config: node_config(config, local_id, world.election_ticks),
             log: opened.log,
             store: opened.store.clone(),
             status: shared.status.clone(),
@@ -210,8 +207,9 @@ fn guarded(
         .map_err(|source| Error::Spawn { what, source })
 }
 
-/// The raft loop's settings, from the member's flags.
-fn node_config(config: &Config, id: u64) -> NodeConfig {
+/// The raft loop's settings, from the member's flags and its world's
+/// election timeout, if fixed.
+fn node_config(config: &Config, id: u64, election_ticks: Option<usize>) -> NodeConfig {
     NodeConfig {
         id,
         tick_interval: config.tick_interval(),
@@ -219,7 +217,7 @@ fn node_config(config: &Config, id: u64) -> NodeConfig {
         snapshot_count: config.snapshot_count,
         catch_up_entries: config.snapshot_catch_up_entries,
         leader_wait: config.election_timeout() * LEADER_WAIT_ELECTIONS,
-        fixed_election_ticks: None,
+        fixed_election_ticks: election_ticks,
     }
 }
 

@@ -73,8 +73,10 @@ impl Clients {
     }
 
     async fn write(&self, member: usize, request: Request) -> Result<mvcc::WriteResponse, CallError> {
-        self.call(member, |core| async move { core.propose_as(request, &Caller::default()).await })
-            .await
+        self.call(member, |core| async move {
+            core.propose_as(request, &Caller::default()).await
+        })
+        .await
     }
 
     /// Puts `key`; the revision it made.
@@ -98,7 +100,10 @@ impl Clients {
             ..Default::default()
         };
         let response = self
-            .call(member, |core| async move { core.range(request, &Caller::default()).await })
+            .call(
+                member,
+                |core| async move { core.range(request, &Caller::default()).await },
+            )
             .await?;
         let revision = response.header.map_or(0, |header| header.revision);
         let held = response

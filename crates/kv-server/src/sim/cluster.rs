@@ -154,6 +154,11 @@ impl SimCluster {
         }
     }
 
+    /// Member `index`'s raft id.
+    pub fn id(&self, index: usize) -> u64 {
+        self.ids[index]
+    }
+
     pub fn size(&self) -> usize {
         self.members.len()
     }
@@ -177,7 +182,9 @@ impl SimCluster {
     /// The members whose raft loop is blocked in a WAL sync now.
     pub fn syncing(&self) -> Vec<usize> {
         let now = self.clock.now();
-        (0..self.members.len()).filter(|&m| self.members[m].is_syncing(now)).collect()
+        (0..self.members.len())
+            .filter(|&m| self.members[m].is_syncing(now))
+            .collect()
     }
 
     /// Starts member `member` from its data directory, its election
@@ -257,7 +264,9 @@ impl SimCluster {
     /// Delivers the snapshots due at `now`, in the order they were sent,
     /// and tells each sender how its transfer ended.
     fn deliver_snapshots(&mut self, now: Instant) {
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.snapshots).into_iter().partition(|s| s.at <= now);
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.snapshots)
+            .into_iter()
+            .partition(|s| s.at <= now);
         self.snapshots = later;
         for snapshot in due {
             let to_id = snapshot.message.to;
@@ -479,5 +488,7 @@ fn member_config(spec: &SimSpec, index: usize, dir: &std::path::Path) -> Result<
         "--experimental-snapshot-catchup-entries".into(),
         spec.catch_up_entries.to_string(),
     ];
-    crate::flags::parse(&args, &[]).map(|parsed| parsed.config).map_err(|e| e.to_string())
+    crate::flags::parse(&args, &[])
+        .map(|parsed| parsed.config)
+        .map_err(|e| e.to_string())
 }

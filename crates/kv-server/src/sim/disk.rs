@@ -148,9 +148,14 @@ impl SimDisk {
                     break;
                 }
                 let sectors = write.len.div_ceil(SECTOR_BYTES);
-                let whole = if i == kept && sectors > 1 { rng.below(sectors) } else { 0 };
+                let whole = if i == kept && sectors > 1 {
+                    rng.below(sectors)
+                } else {
+                    0
+                };
                 let from = (whole * SECTOR_BYTES) as usize;
-                file.handle.write_all_at(&write.old[from..], write.offset + from as u64)?;
+                file.handle
+                    .write_all_at(&write.old[from..], write.offset + from as u64)?;
                 match whole {
                     0 => loss.lost += 1,
                     _ => loss.torn += 1,

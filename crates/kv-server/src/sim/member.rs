@@ -192,7 +192,11 @@ impl SimMember {
         let temporary = dir.incoming_snapshot(metadata.index);
         let written = std::fs::write(&temporary, data)
             .and_then(|()| std::fs::rename(&temporary, dir.pending_snapshot(metadata.index, metadata.term)));
-        written.is_ok() && running.node_sender.try_send(NodeInput::Message(Box::new(message))).is_ok()
+        written.is_ok()
+            && running
+                .node_sender
+                .try_send(NodeInput::Message(Box::new(message)))
+                .is_ok()
     }
 
     /// When the member next has something to do without input.

@@ -94,7 +94,10 @@ impl SimOutbox {
     /// What the turn sent: (before its first sync, after it).
     pub fn take(&self) -> (Vec<Message>, Vec<Message>) {
         let mut sent = self.sent.lock();
-        (std::mem::take(&mut sent.before_sync), std::mem::take(&mut sent.after_sync))
+        (
+            std::mem::take(&mut sent.before_sync),
+            std::mem::take(&mut sent.after_sync),
+        )
     }
 }
 

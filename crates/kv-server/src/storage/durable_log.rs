@@ -7,7 +7,6 @@
 //! from the snapshot the marker records (`marker.rs`), after finishing the
 //! install of a received snapshot a crash cut short (`pending.rs`).
 
-
 use protobuf::Message as _;
 use raft::prelude::{ConfState, Entry, HardState};
 use raft::storage::{MemStorage, Storage};
