@@ -1323,8 +1323,13 @@ impl Store {
 
 impl Drop for Store {
     /// A store closed in an orderly way keeps its open batch (a crash loses
-    /// it, and the WAL replays it).
+    /// it, and the WAL replays it), and has unlinked the value files it
+    /// retired: none of its threads outlives it, so a store opened again
+    /// on the same directory in this process never races one.
     fn drop(&mut self) {
+        for thread in self.state.get_mut().values.settle() {
+            let _ = thread.join();
+        }
         if self.poisoned.load(Ordering::Acquire) {
             return;
         }

@@ -394,7 +394,11 @@ impl ValueFiles {
         // No sync of the directory: an unlink a crash loses leaves a file
         // no pointer names, which the next open deletes
         // (`remove_unreferenced`), and the sync cost as much as the unlink.
-        fs::remove_file(&path).map_err(io("removing", &path))
+        // A file already gone is what was asked for.
+        match fs::remove_file(&path) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(io("removing", &path)(error)),
+            _ => Ok(()),
+        }
     }
 
     /// Drops file `number` from those kept, with its path and its handle,
