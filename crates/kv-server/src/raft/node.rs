@@ -250,7 +250,8 @@ impl Node {
     }
 
     /// The index of the last snapshot the loop recorded in the WAL (taken
-    /// or installed).
+    /// or installed). The simulator reads it (`sim/member.rs`).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     pub fn snapshot_index(&self) -> u64 {
         self.snapshot_index
     }
