@@ -20,7 +20,7 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
 use proptest::prelude::*;
-use wal::{Entry, HardState, Options, SnapshotPosition, Wal};
+use wal::{Entry, HardState, SnapshotPosition, Wal};
 
 #[derive(Debug, Clone)]
 struct Batch {
@@ -82,10 +82,7 @@ proptest! {
         segment_size_bytes in prop_oneof![Just(1024u64), Just(4096), Just(1 << 20)],
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let options = Options {
-            segment_size_bytes,
-            ..Options::default()
-        };
+        let options = common::options(segment_size_bytes);
         let mut log = Wal::create(dir.path(), options.clone(), b"m").unwrap();
         let mut model: Vec<Entry> = Vec::new();
         let mut model_hard_state = HardState::default();

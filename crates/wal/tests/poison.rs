@@ -9,19 +9,11 @@
 
 mod common;
 
-use wal::{Error, Options, SnapshotPosition, Wal};
+use wal::{Error, SnapshotPosition, Wal};
 
 fn scenario(failpoint: &str, segment_size_bytes: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let mut log = Wal::create(
-        dir.path(),
-        Options {
-            segment_size_bytes,
-            ..Options::default()
-        },
-        b"p",
-    )
-    .unwrap();
+    let mut log = Wal::create(dir.path(), common::options(segment_size_bytes), b"p").unwrap();
     log.save(&[common::entry(1, 1, 100)], None).unwrap();
 
     fail::cfg(failpoint, "return").unwrap();
@@ -46,10 +38,7 @@ fn scenario(failpoint: &str, segment_size_bytes: u64) {
     // Reopening recovers at least the save that returned, never entry 3.
     let (_, replay) = Wal::open(
         dir.path(),
-        Options {
-            segment_size_bytes,
-            ..Options::default()
-        },
+        common::options(segment_size_bytes),
         SnapshotPosition::default(),
     )
     .unwrap();

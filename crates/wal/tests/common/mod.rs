@@ -41,15 +41,7 @@ impl Layout {
     /// a log with the given segment size, then closes it.
     pub fn write(count: u64, payload_bytes: usize, segment_size_bytes: u64) -> Layout {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Wal::create(
-            dir.path(),
-            Options {
-                segment_size_bytes,
-                ..Options::default()
-            },
-            b"meta",
-        )
-        .unwrap();
+        let mut log = Wal::create(dir.path(), options(segment_size_bytes), b"meta").unwrap();
         let mut entries = Vec::new();
         let mut placements = Vec::new();
         for index in 1..=count {
@@ -125,12 +117,17 @@ pub fn hard_state(term: u64, commit: u64) -> HardState {
     HardState { term, vote: 1, commit }
 }
 
-/// Opens the crash tests' log in `dir`, creating it first if needed.
-pub fn open_or_create(dir: &Path, segment_size_bytes: u64, metadata: &[u8]) -> (Wal, wal::Replay) {
-    let options = Options {
+/// The default options, with segments of `segment_size_bytes`.
+pub fn options(segment_size_bytes: u64) -> Options {
+    Options {
         segment_size_bytes,
         ..Options::default()
-    };
+    }
+}
+
+/// Opens the crash tests' log in `dir`, creating it first if needed.
+pub fn open_or_create(dir: &Path, segment_size_bytes: u64, metadata: &[u8]) -> (Wal, wal::Replay) {
+    let options = options(segment_size_bytes);
     if !Wal::exists(dir) {
         drop(Wal::create(dir, options.clone(), metadata).unwrap());
     }
