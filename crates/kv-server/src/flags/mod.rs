@@ -9,6 +9,8 @@
 //! - [`etcd_set`]: every flag of etcd 3.5.17 and 3.7.3 (generated), and
 //!   what kv-server does with each.
 //! - [`feature_gates`]: `--feature-gates`, with etcd 3.7.3's gates.
+//! - `loopback` (tests and the simulator): the flags of a member of an
+//!   in-process cluster.
 //!
 //! The front end turns what it read into the canonical `--name=value`
 //! form of [`Config`]'s clap definition, which checks and types the
@@ -20,6 +22,8 @@ pub mod env;
 pub mod etcd_set;
 pub mod feature_gates;
 pub mod go_syntax;
+#[cfg(any(test, feature = "sim"))]
+pub(crate) mod loopback;
 
 use clap::{CommandFactory, Parser};
 

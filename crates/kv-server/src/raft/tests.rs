@@ -145,23 +145,7 @@ impl wal::Disk for FailingDisk {
 /// The flags of member `index`: a 3-member cluster, 10 ms ticks, an
 /// election timeout of 10 ticks.
 fn member_config(index: usize, dir: &std::path::Path) -> crate::config::Config {
-    let url = |i: usize| format!("http://127.0.0.1:{}", 1001 + i);
-    let cluster: Vec<String> = (0..VOTERS).map(|i| format!("m{i}={}", url(i))).collect();
-    let args: Vec<String> = [
-        "--name".to_string(),
-        format!("m{index}"),
-        "--data-dir".into(),
-        dir.display().to_string(),
-        "--initial-cluster".into(),
-        cluster.join(","),
-        "--initial-advertise-peer-urls".into(),
-        url(index),
-        "--heartbeat-interval".into(),
-        TICK.as_millis().to_string(),
-        "--election-timeout".into(),
-        (TICK * 10).as_millis().to_string(),
-    ]
-    .into();
+    let args = crate::flags::loopback::member_args(VOTERS, index, dir, TICK, TICK * 10);
     crate::flags::parse(&args, &[]).expect("the test's flags parse").config
 }
 

@@ -464,30 +464,17 @@ impl SimCluster {
     }
 }
 
-/// Member `index`'s flags, as an operator would give them: a new cluster
-/// of `spec.members`, the given timing. The peer URLs name ports no one
-/// listens on: the simulated network carries the messages.
+/// Member `index`'s flags (`flags::loopback`: the simulated network
+/// carries the messages), with the spec's timing and snapshot window.
 fn member_config(spec: &SimSpec, index: usize, dir: &std::path::Path) -> Result<crate::config::Config, String> {
-    let url = |i: usize| format!("http://127.0.0.1:{}", 1001 + i);
-    let cluster: Vec<String> = (0..spec.members).map(|i| format!("m{i}={}", url(i))).collect();
-    let args: Vec<String> = vec![
-        "--name".into(),
-        format!("m{index}"),
-        "--data-dir".into(),
-        dir.display().to_string(),
-        "--initial-cluster".into(),
-        cluster.join(","),
-        "--initial-advertise-peer-urls".into(),
-        url(index),
-        "--heartbeat-interval".into(),
-        spec.heartbeat.as_millis().to_string(),
-        "--election-timeout".into(),
-        (spec.heartbeat * spec.election_ticks as u32).as_millis().to_string(),
+    let election = spec.heartbeat * spec.election_ticks as u32;
+    let mut args = crate::flags::loopback::member_args(spec.members, index, dir, spec.heartbeat, election);
+    args.extend([
         "--snapshot-count".into(),
         spec.snapshot_count.to_string(),
         "--experimental-snapshot-catchup-entries".into(),
         spec.catch_up_entries.to_string(),
-    ];
+    ]);
     crate::flags::parse(&args, &[])
         .map(|parsed| parsed.config)
         .map_err(|e| e.to_string())
