@@ -11,7 +11,8 @@
 //! - [`timeline`]: a failing sub-history drawn as SVG.
 //! - [`watch_check`]: etcd's six watch guarantees, and the event history
 //!   against the operations (lost writes).
-//! - [`workload`]: the clients and what they call.
+//! - [`workload`]: the clients and what they call; [`call_mix`]: the
+//!   call mix and what a client learns, shared with the simulator.
 //! - [`watch`]: watchers that resume after a break, and the final read of
 //!   the event history.
 //! - [`proxy`]: the peer proxy that partitions, delays and drops.
@@ -19,6 +20,7 @@
 //! - [`faults`]: the faults a round injects.
 //! - [`round`]: one round, end to end, and its checks.
 
+pub mod call_mix;
 pub mod cluster;
 pub mod faults;
 pub mod history;

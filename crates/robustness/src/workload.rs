@@ -19,6 +19,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tonic::transport::{Channel, Endpoint};
 
+use crate::call_mix::CallMix;
 use crate::history::{Call, Operation, Return};
 
 /// One call's bound: past it, a write's outcome is unknown. Two seconds
@@ -59,13 +60,6 @@ pub fn channel(endpoint: &str) -> Channel {
         .connect_lazy()
 }
 
-/// A client's lease, through its life.
-enum Lease {
-    None,
-    Granted(i64),
-    Attached(i64),
-}
-
 struct Client {
     id: usize,
     endpoints: Vec<String>,
@@ -73,10 +67,7 @@ struct Client {
     kv: KvClient<Channel>,
     lease: LeaseClient<Channel>,
     random: StdRng,
-    writes: u64,
-    /// The last mod revision this client saw per key (0: none).
-    seen: std::collections::HashMap<String, i64>,
-    my_lease: Lease,
+    mix: CallMix,
 }
 
 impl Client {
@@ -90,9 +81,7 @@ impl Client {
             kv: KvClient::new(channel.clone()),
             lease: LeaseClient::new(channel),
             random: StdRng::seed_from_u64(seed.wrapping_mul(1000).wrapping_add(id as u64)),
-            writes: 0,
-            seen: Default::default(),
-            my_lease: Lease::None,
+            mix: CallMix::new(id),
         }
     }
 
@@ -104,38 +93,10 @@ impl Client {
         self.lease = LeaseClient::new(channel);
     }
 
-    fn value(&mut self) -> String {
-        self.writes += 1;
-        format!("c{}-{}", self.id, self.writes)
-    }
-
     fn pick_call(&mut self, keys: &[String], lease_base: i64) -> Call {
         let key = keys[self.random.random_range(0..keys.len())].clone();
-        match self.random.random_range(0..100) {
-            0..30 => Call::Put {
-                key,
-                value: self.value(),
-                lease: 0,
-            },
-            30..60 => Call::Get { key },
-            60..70 => Call::Delete { key },
-            70..90 => Call::Cas {
-                expected: self.seen.get(&key).copied().unwrap_or(0),
-                key,
-                value: self.value(),
-            },
-            _ => match self.my_lease {
-                Lease::None => Call::LeaseGrant {
-                    id: lease_base + (self.id as i64) * 1000 + self.writes as i64,
-                },
-                Lease::Granted(id) => Call::Put {
-                    key,
-                    value: self.value(),
-                    lease: id,
-                },
-                Lease::Attached(id) => Call::LeaseRevoke { id },
-            },
-        }
+        let roll = self.random.random_range(0..100i32) as u64;
+        self.mix.pick(key, roll, lease_base + (self.id as i64) * 1000)
     }
 
     /// Makes the call; what it returned, or the error.
@@ -226,34 +187,6 @@ impl Client {
             succeeded: response.succeeded,
         })
     }
-
-    /// What the client learns from a return, for its next calls.
-    fn learn(&mut self, call: &Call, result: &Return) {
-        match (call, result) {
-            (Call::Get { key }, Return::Get { kv, .. }) => {
-                self.seen
-                    .insert(key.clone(), kv.as_ref().map_or(0, |(_, revision)| *revision));
-            }
-            (Call::Put { key, lease, .. }, Return::Put { revision }) => {
-                self.seen.insert(key.clone(), *revision);
-                if *lease != 0 {
-                    self.my_lease = Lease::Attached(*lease);
-                }
-            }
-            (
-                Call::Cas { key, .. },
-                Return::Cas {
-                    revision,
-                    succeeded: true,
-                },
-            ) => {
-                self.seen.insert(key.clone(), *revision);
-            }
-            (Call::LeaseGrant { id }, Return::LeaseGrant) => self.my_lease = Lease::Granted(*id),
-            (Call::LeaseRevoke { .. }, _) => self.my_lease = Lease::None,
-            _ => {}
-        }
-    }
 }
 
 /// Runs one client until the workload's time is up; its operations.
@@ -269,7 +202,7 @@ async fn run_client(id: usize, endpoints: Vec<String>, spec: WorkloadSpec, clock
         let returned = clock.now();
         match answer {
             Ok(result) => {
-                client.learn(&call, &result);
+                client.mix.learn(&call, &result);
                 operations.push(Operation {
                     client: id,
                     call,
@@ -280,9 +213,7 @@ async fn run_client(id: usize, endpoints: Vec<String>, spec: WorkloadSpec, clock
             }
             Err(status) => {
                 client.move_on();
-                if matches!(call, Call::LeaseRevoke { .. } | Call::LeaseGrant { .. }) {
-                    client.my_lease = Lease::None;
-                }
+                client.mix.lease_call_failed(&call);
                 if !call.is_read() {
                     operations.push(Operation {
                         client: id,

@@ -2,19 +2,25 @@
 //! calling a member drawn per call through the core's own methods
 //! (`kv_server::sim::Clients`), and recording every call in the history
 //! the robustness suite's checkers read. The calls and their mix are the
-//! robustness suite's (put, get, delete, compare-and-swap, a lease granted,
-//! attached to a put and revoked), so both check the same model.
+//! robustness suite's (`robustness::call_mix`: put, get, delete,
+//! compare-and-swap, a lease granted, attached to a put and revoked), so
+//! both check the same model.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kv_server::sim::{CallError, Clients, Rng};
 use parking_lot::Mutex;
+use robustness::call_mix::CallMix;
 use robustness::history::{Call, Operation, Return};
 
 /// Keys the clients share: few, so that calls contend on each.
 pub const KEYS: usize = 4;
+
+/// Where client `c`'s lease ids start: `LEASE_IDS_FROM + c *
+/// LEASE_IDS_PER_CLIENT`, above any call count a client reaches.
+const LEASE_IDS_FROM: i64 = 1_000_000;
+const LEASE_IDS_PER_CLIENT: i64 = 10_000;
 
 /// Lease TTL in seconds: longer than any run, so a lease ends only by a
 /// revocation the history records.
@@ -28,84 +34,6 @@ const CALLS_PER_CLIENT_MAX: usize = 2_000;
 
 /// Where the clients record their operations.
 pub type Recorded = Arc<Mutex<Vec<Operation>>>;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lease {
-    None,
-    Granted(i64),
-    Attached(i64),
-}
-
-struct Client {
-    id: usize,
-    rng: Rng,
-    writes: u64,
-    /// Each key's mod revision as this client last saw it.
-    seen: BTreeMap<String, i64>,
-    lease: Lease,
-}
-
-impl Client {
-    fn value(&mut self) -> String {
-        self.writes += 1;
-        format!("c{}-{}", self.id, self.writes)
-    }
-
-    fn pick(&mut self) -> Call {
-        let key = format!("key{}", self.rng.below(KEYS as u64));
-        match self.rng.below(100) {
-            0..30 => Call::Put {
-                key,
-                value: self.value(),
-                lease: 0,
-            },
-            30..60 => Call::Get { key },
-            60..70 => Call::Delete { key },
-            70..90 => Call::Cas {
-                expected: self.seen.get(&key).copied().unwrap_or(0),
-                key,
-                value: self.value(),
-            },
-            _ => match self.lease {
-                Lease::None => Call::LeaseGrant {
-                    id: 1_000_000 + (self.id as i64) * 10_000 + self.writes as i64,
-                },
-                Lease::Granted(id) => Call::Put {
-                    key,
-                    value: self.value(),
-                    lease: id,
-                },
-                Lease::Attached(id) => Call::LeaseRevoke { id },
-            },
-        }
-    }
-
-    fn learn(&mut self, call: &Call, result: &Return) {
-        match (call, result) {
-            (Call::Get { key }, Return::Get { kv, .. }) => {
-                self.seen.insert(key.clone(), kv.as_ref().map_or(0, |(_, r)| *r));
-            }
-            (Call::Put { key, lease, .. }, Return::Put { revision }) => {
-                self.seen.insert(key.clone(), *revision);
-                if *lease != 0 {
-                    self.lease = Lease::Attached(*lease);
-                }
-            }
-            (
-                Call::Cas { key, .. },
-                Return::Cas {
-                    revision,
-                    succeeded: true,
-                },
-            ) => {
-                self.seen.insert(key.clone(), *revision);
-            }
-            (Call::LeaseGrant { id }, Return::LeaseGrant) => self.lease = Lease::Granted(*id),
-            (Call::LeaseRevoke { .. }, _) => self.lease = Lease::None,
-            _ => {}
-        }
-    }
-}
 
 /// Makes `call` through member `member`.
 async fn make(clients: &Clients, member: usize, call: &Call) -> Result<Return, CallError> {
@@ -137,28 +65,31 @@ async fn make(clients: &Clients, member: usize, call: &Call) -> Result<Return, C
 
 /// Runs client `id` until `until_nanos` of simulated time, calling members
 /// `0..members`; records into `recorded`.
-pub async fn run_client(id: usize, clients: Clients, members: usize, rng: Rng, until_nanos: u64, recorded: Recorded) {
-    let mut client = Client {
-        id,
-        rng,
-        writes: 0,
-        seen: BTreeMap::new(),
-        lease: Lease::None,
-    };
+pub async fn run_client(
+    id: usize,
+    clients: Clients,
+    members: usize,
+    mut rng: Rng,
+    until_nanos: u64,
+    recorded: Recorded,
+) {
+    let mut mix = CallMix::new(id);
+    let lease_ids_from = LEASE_IDS_FROM + id as i64 * LEASE_IDS_PER_CLIENT;
     for _ in 0..CALLS_PER_CLIENT_MAX {
-        let pause = client.rng.below(PAUSE_MAX.as_micros() as u64);
+        let pause = rng.below(PAUSE_MAX.as_micros() as u64);
         tokio::time::sleep(Duration::from_micros(pause)).await;
         if clients.now_nanos() >= until_nanos {
             return;
         }
-        let member = client.rng.below(members as u64) as usize;
-        let call = client.pick();
+        let member = rng.below(members as u64) as usize;
+        let key = format!("key{}", rng.below(KEYS as u64));
+        let call = mix.pick(key, rng.below(100), lease_ids_from);
         let invoked = clients.now_nanos();
         let result = make(&clients, member, &call).await;
         let returned = clients.now_nanos();
         let operation = match result {
             Ok(result) => {
-                client.learn(&call, &result);
+                mix.learn(&call, &result);
                 Operation {
                     client: id,
                     call,
