@@ -44,9 +44,25 @@ pub struct FaultLog {
     pub flips_detected: u64,
     /// Flips after which the member started: each one a failed seed.
     pub flips_undetected: Vec<String>,
+    /// Restarts refused with no flip to explain it: each one a failed
+    /// seed.
+    pub restarts_refused: Vec<String>,
     pub compactions: u64,
     pub defrags: u64,
     pub pauses: u64,
+}
+
+impl FaultLog {
+    /// What the faults' own checks found wrong: flips not detected,
+    /// restarts refused.
+    pub fn problems(&self) -> impl Iterator<Item = String> + '_ {
+        let flips = self.flips_undetected.iter().map(|flip| format!("undetected: {flip}"));
+        flips.chain(
+            self.restarts_refused
+                .iter()
+                .map(|why| format!("restart refused: {why}")),
+        )
+    }
 }
 
 /// A down member and when it comes back (`None`: never, its log is
@@ -127,9 +143,7 @@ impl Faults {
                         // Not after a flip (those never come back), so
                         // the member must start: keep it down and let the
                         // end's check find the gap.
-                        self.log
-                            .flips_undetected
-                            .push(format!("member {} would not restart: {why}", down.member));
+                        self.log.restarts_refused.push(format!("member {}: {why}", down.member));
                         still.push(Down {
                             member: down.member,
                             back_at: None,

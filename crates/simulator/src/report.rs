@@ -20,7 +20,7 @@ pub struct Summary {
     /// Seeds with a key the checker could not decide.
     pub undecided: u64,
     /// Seeds that failed otherwise: an unexpected fault or panic, a bit
-    /// flip not detected.
+    /// flip not detected, a restart refused.
     pub other_failures: u64,
     pub simulated: Duration,
     pub wall: Duration,
@@ -44,7 +44,7 @@ impl Summary {
         self.diverged += u64::from(findings.diverged.is_some());
         self.lost_writes += u64::from(!findings.lost_writes.is_empty());
         self.undecided += u64::from(!findings.undecided.is_empty());
-        self.other_failures += u64::from(report.failure.is_some() || !report.faults.flips_undetected.is_empty());
+        self.other_failures += u64::from(report.failure.is_some() || report.faults.problems().next().is_some());
         self.simulated += report.simulated;
         self.wall += report.wall;
         self.operations += report.history.operations.len() as u64;
@@ -109,8 +109,8 @@ pub fn failure(report: &SeedReport) -> String {
     if let Some(failure) = &report.failure {
         let _ = writeln!(out, "  {failure}");
     }
-    for flip in &report.faults.flips_undetected {
-        let _ = writeln!(out, "  undetected: {flip}");
+    for problem in report.faults.problems() {
+        let _ = writeln!(out, "  {problem}");
     }
     if let Some(diverged) = &report.findings.diverged {
         let _ = writeln!(out, "  diverged: {diverged}");

@@ -64,7 +64,7 @@ pub struct SeedReport {
 
 impl SeedReport {
     pub fn failed(&self) -> bool {
-        self.failure.is_some() || self.findings.failed() || !self.faults.flips_undetected.is_empty()
+        self.failure.is_some() || self.findings.failed() || self.faults.problems().next().is_some()
     }
 }
 
