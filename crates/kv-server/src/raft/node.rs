@@ -299,9 +299,11 @@ impl Node {
         }
         if let Some(context) = self.reads.start_round(now) {
             let raft = &self.raw.raft;
-            if raft.state == StateRole::Leader
+            // The broken build's check first: it is a constant false
+            // outside it, so a real member's read round looks up nothing.
+            if crate::broken::skip_read_term_check()
+                && raft.state == StateRole::Leader
                 && !raft.commit_to_current_term()
-                && crate::broken::skip_read_term_check()
             {
                 let index = raft.raft_log.committed;
                 if let Some(waiters) = self.reads.answered(&context) {
