@@ -14,6 +14,9 @@
 //! - `kv::skip_read_term_check`: a leader that has not yet committed an
 //!   entry of its term answers a ReadIndex round at once, with the commit
 //!   index it has (which may be behind its predecessor's).
+//! - `kv::watch_resume_skips`: a watcher created with a start revision in
+//!   the past (a client resuming a broken watch) starts one revision
+//!   later, so the changes at its start revision are never sent.
 
 pub(crate) fn stale_read() -> bool {
     fail::fail_point!("kv::stale_read", |_| true);
@@ -32,5 +35,10 @@ pub(crate) fn double_apply() -> bool {
 
 pub(crate) fn skip_read_term_check() -> bool {
     fail::fail_point!("kv::skip_read_term_check", |_| true);
+    false
+}
+
+pub(crate) fn watch_resume_skips() -> bool {
+    fail::fail_point!("kv::watch_resume_skips", |_| true);
     false
 }

@@ -38,6 +38,25 @@ fn event(event: &etcd_proto::mvccpb::Event) -> Option<WatchEvent> {
     })
 }
 
+/// Records `response` in `session`: its events, or a progress
+/// notification, with `reached` moved to the revision it reaches. False
+/// when the response ends the session (its watcher was cancelled).
+pub fn record(response: &pb::WatchResponse, session: &mut Session, reached: &mut i64) -> bool {
+    if response.canceled {
+        return false;
+    }
+    let header = response.header.as_ref().map_or(0, |h| h.revision);
+    if !response.events.is_empty() {
+        let events: Vec<WatchEvent> = response.events.iter().filter_map(event).collect();
+        *reached = (*reached).max(events.iter().map(|e| e.revision).max().unwrap_or(*reached));
+        session.received.push(Received::Events(events));
+    } else if !response.created && response.watch_id == -1 {
+        *reached = (*reached).max(header);
+        session.received.push(Received::Progress(header));
+    }
+    true
+}
+
 /// One session on `endpoint` from revision `start`; its responses, until
 /// the stream breaks or the watcher has reached `until` (once known).
 async fn session(
@@ -77,17 +96,8 @@ async fn session(
         tokio::select! {
             message = responses.message() => {
                 let Ok(Some(response)) = message else { return session };
-                if response.canceled {
+                if !record(&response, &mut session, &mut reached) {
                     return session;
-                }
-                let header = response.header.as_ref().map_or(0, |h| h.revision);
-                if !response.events.is_empty() {
-                    let events: Vec<WatchEvent> = response.events.iter().filter_map(event).collect();
-                    reached = reached.max(events.iter().map(|e| e.revision).max().unwrap_or(reached));
-                    session.received.push(Received::Events(events));
-                } else if !response.created && response.watch_id == -1 {
-                    reached = reached.max(header);
-                    session.received.push(Received::Progress(header));
                 }
             }
             _ = ticker.tick(), if progress => {
@@ -104,7 +114,7 @@ async fn session(
 }
 
 /// The revision a session reached: its last event or progress revision.
-fn reached(session: &Session) -> i64 {
+pub fn reached(session: &Session) -> i64 {
     session
         .received
         .iter()

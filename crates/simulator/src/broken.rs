@@ -13,7 +13,7 @@ pub struct Broken {
     pub breaks: &'static str,
 }
 
-pub const BROKEN: [Broken; 4] = [
+pub const BROKEN: [Broken; 5] = [
     Broken {
         name: "stale-read",
         failpoint: "kv::stale_read",
@@ -33,6 +33,11 @@ pub const BROKEN: [Broken; 4] = [
         name: "skip-term-check",
         failpoint: "kv::skip_read_term_check",
         breaks: "a leader answers ReadIndex before it has committed an entry of its term",
+    },
+    Broken {
+        name: "watch-resume-skips",
+        failpoint: "kv::watch_resume_skips",
+        breaks: "a watch resumed from a past revision starts one revision later",
     },
 ];
 

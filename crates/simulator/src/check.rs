@@ -6,10 +6,17 @@
 //!   wherever they report the same compact revision (etcd's rule);
 //! - nothing acknowledged is lost: every acknowledged put (and successful
 //!   compare-and-swap) is in every running member's store, at its
-//!   revision, with its value, unless compacted away.
+//!   revision, with its value, unless compacted away;
+//! - every watcher kept etcd's watch guarantees (the robustness suite's
+//!   `watch_check`: ordered, unique, reliable, atomic, resumable,
+//!   bookmarkable), checked against what the members applied: each
+//!   revision's changes as the apply stages published them, the same on
+//!   every member that applied it, and itself checked against the
+//!   history (every acknowledged write in it, nothing no call wrote).
 
 use robustness::history::{Call, History, Return};
 use robustness::linearize::{self, Verdict};
+use robustness::watch_check::{check_truth, check_watcher, Received, WatchEvent, WatcherLog};
 
 use kv_server::sim::SimCluster;
 
@@ -26,11 +33,20 @@ pub struct Findings {
     pub lost_writes: Vec<String>,
     /// Each member at the end: running (applied index, revision) or down.
     pub members: Vec<String>,
+    /// Broken watch guarantees, by watcher.
+    pub watch_violations: Vec<String>,
+    /// Events the watchers' checks compared against.
+    pub watch_events: usize,
+    /// Events the watchers received, over all their sessions.
+    pub watch_delivered: usize,
 }
 
 impl Findings {
     pub fn failed(&self) -> bool {
-        !self.violations.is_empty() || self.diverged.is_some() || !self.lost_writes.is_empty()
+        !self.violations.is_empty()
+            || !self.watch_violations.is_empty()
+            || self.diverged.is_some()
+            || !self.lost_writes.is_empty()
     }
 }
 
@@ -111,6 +127,74 @@ pub fn lost_writes(history: &History, cluster: &SimCluster, findings: &mut Findi
                     "{key}={value} acknowledged at revision {revision}; member {member} reads {other:?}"
                 )),
             }
+        }
+    }
+}
+
+/// What happened to the watched keys: every revision's changes as the
+/// members applied them, as watch events.
+pub fn applied_events(cluster: &SimCluster, prefix: &str) -> Vec<WatchEvent> {
+    cluster
+        .applied_events()
+        .values()
+        .flatten()
+        .filter(|event| event.kv.key.starts_with(prefix.as_bytes()))
+        .map(|event| WatchEvent {
+            revision: event.kv.mod_revision,
+            key: String::from_utf8_lossy(&event.kv.key).into_owned(),
+            value: (event.kind == mvcc::EventKind::Put).then(|| String::from_utf8_lossy(&event.kv.value).into_owned()),
+        })
+        .collect()
+}
+
+/// Checks what the members applied against the history and each
+/// watcher's logs against it. `last` is the revision the members agreed
+/// at: every revision up to it changed something, so each must be in the
+/// record (unless the record says it missed batches).
+pub fn watches(
+    cluster: &SimCluster,
+    history: &History,
+    watchers: &[Vec<WatcherLog>],
+    last: i64,
+    prefix: &str,
+    findings: &mut Findings,
+) {
+    let recorded = cluster.applied_events();
+    if cluster.stats().changes_missed == 0 {
+        if let Some(missing) = (2..=last).find(|revision| !recorded.contains_key(revision)) {
+            findings
+                .watch_violations
+                .push(format!("no member applied revision {missing} of 2..={last}"));
+        }
+    }
+    if let Some(conflict) = cluster.event_conflicts().first() {
+        let diverged = findings.diverged.get_or_insert_with(String::new);
+        diverged.push_str(conflict);
+    }
+    let truth = applied_events(cluster, prefix);
+    findings.watch_events = truth.len();
+    let (lost, phantom) = check_truth(&truth, history);
+    findings
+        .lost_writes
+        .extend(lost.into_iter().map(|lost| format!("applied changes: {lost}")));
+    findings
+        .watch_violations
+        .extend(phantom.into_iter().map(|phantom| format!("applied changes: {phantom}")));
+    for (watcher, logs) in watchers.iter().enumerate() {
+        for (index, log) in logs.iter().enumerate() {
+            findings.watch_delivered += log
+                .sessions
+                .iter()
+                .flat_map(|session| &session.received)
+                .map(|received| match received {
+                    Received::Events(events) => events.len(),
+                    Received::Progress(_) => 0,
+                })
+                .sum::<usize>();
+            let found = check_watcher(log, &truth);
+            findings
+                .watch_violations
+                .extend(found.into_iter().map(|v| format!("watcher {watcher} log {index}: {v}")));
         }
     }
 }

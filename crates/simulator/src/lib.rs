@@ -5,8 +5,10 @@
 //! - [`seed`]: one seed, run: the cluster (`kv_server::sim`), clients,
 //!   faults, the end and its checks.
 //! - [`workload`]: the clients' calls, recorded as a history.
+//! - [`watchers`]: the watchers, resumed across crashes, recorded.
 //! - [`faults`]: the faults injected while the clients run.
-//! - [`check`]: linearizability, convergence, lost writes.
+//! - [`check`]: linearizability, convergence, lost writes, the watch
+//!   guarantees.
 //! - [`broken`]: the builds broken on purpose, which the checks must catch.
 //! - [`report`]: many seeds' results, summed up in one line.
 //!
@@ -18,4 +20,5 @@ pub mod check;
 pub mod faults;
 pub mod report;
 pub mod seed;
+pub mod watchers;
 pub mod workload;

@@ -132,7 +132,7 @@ fn run_seeds(args: &Args) -> (Summary, Option<String>) {
                 let mut kept = kept.lock();
                 if args.history.is_some() && kept.rank.is_none_or(|best| rank < best) {
                     kept.rank = Some(rank);
-                    kept.history = serde_json::to_string_pretty(&report.history).unwrap_or_default();
+                    kept.history = report.history_json();
                 }
                 drop(kept);
                 summary.lock().add(&report);

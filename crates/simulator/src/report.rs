@@ -11,8 +11,15 @@ use crate::seed::SeedReport;
 #[derive(Debug, Default, Clone)]
 pub struct Summary {
     pub seeds: u64,
-    /// Seeds whose history had a key with no valid order.
+    /// Seeds whose history had a key with no valid order, or whose
+    /// watchers saw a watch guarantee broken.
     pub violations: u64,
+    /// Of those, seeds with a watch guarantee broken.
+    pub watch_violations: u64,
+    /// Events the watch checks compared against, over every seed.
+    pub watch_events: u64,
+    /// Events the watchers received, over every seed.
+    pub watch_delivered: u64,
     /// Seeds whose members did not converge.
     pub diverged: u64,
     /// Seeds that lost an acknowledged write.
@@ -40,7 +47,10 @@ impl Summary {
     pub fn add(&mut self, report: &SeedReport) {
         self.seeds += 1;
         let findings = &report.findings;
-        self.violations += u64::from(!findings.violations.is_empty());
+        self.violations += u64::from(!findings.violations.is_empty() || !findings.watch_violations.is_empty());
+        self.watch_violations += u64::from(!findings.watch_violations.is_empty());
+        self.watch_events += findings.watch_events as u64;
+        self.watch_delivered += findings.watch_delivered as u64;
         self.diverged += u64::from(findings.diverged.is_some());
         self.lost_writes += u64::from(!findings.lost_writes.is_empty());
         self.undecided += u64::from(!findings.undecided.is_empty());
@@ -85,8 +95,11 @@ impl Summary {
     pub fn detail(&self) -> String {
         let per_core = self.seeds as f64 / self.wall.as_secs_f64().max(1e-9);
         format!(
-            "operations={} crashes={} pauses={} partitions={} snapshots={} fsync_failures={} writes_lost={} writes_torn={} syncs_cut_short={} flips_detected={} other_failures={} seeds_per_core_s={per_core:.2}",
+            "operations={} watch_events={} watch_delivered={} watch_violations={} crashes={} pauses={} partitions={} snapshots={} fsync_failures={} writes_lost={} writes_torn={} syncs_cut_short={} flips_detected={} other_failures={} seeds_per_core_s={per_core:.2}",
             self.operations,
+            self.watch_events,
+            self.watch_delivered,
+            self.watch_violations,
             self.crashes,
             self.pauses,
             self.partitions,
@@ -117,6 +130,9 @@ pub fn failure(report: &SeedReport) -> String {
     }
     for lost in report.findings.lost_writes.iter().take(5) {
         let _ = writeln!(out, "  lost: {lost}");
+    }
+    for violation in report.findings.watch_violations.iter().take(10) {
+        let _ = writeln!(out, "  watch: {violation}");
     }
     if report.failed() {
         for member in &report.findings.members {

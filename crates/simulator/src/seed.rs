@@ -1,11 +1,12 @@
 //! One seed, run: a cluster on a fresh current-thread runtime with
 //! tokio's clock paused, its clients, its faults, then the end: faults
 //! healed, every member that can start restarted, the clients' last calls
-//! finished, the members let converge, and the checks (`check.rs`).
+//! finished, the members let converge, the watchers let reach the last
+//! revision, and the checks (`check.rs`).
 //!
 //! Everything the run does is drawn from the seed, in this order: the
 //! cluster's generator (elections, the network, crashes' losses), then
-//! one per client, then the faults'. The history, sorted by invocation,
+//! one per client, one per watcher, then the faults'. The history, sorted by invocation,
 //! is the run's output: the same seed gives it byte for byte.
 
 use std::path::PathBuf;
@@ -16,7 +17,9 @@ use robustness::history::History;
 
 use crate::check::{self, Findings};
 use crate::faults::{FaultLog, Faults};
+use crate::watchers::{self, Watching};
 use crate::workload::{self, Recorded};
+use robustness::watch_check::WatcherLog;
 
 /// Simulated time the clients call for, with faults.
 const LOAD_SPAN: Duration = Duration::from_millis(1500);
@@ -49,6 +52,8 @@ pub struct SeedReport {
     pub seed: u64,
     pub members: usize,
     pub history: History,
+    /// Each watcher's logs.
+    pub watchers: Vec<Vec<WatcherLog>>,
     pub findings: Findings,
     /// A member stopped on a fault the run did not inject, or the run
     /// could not be set up.
@@ -63,6 +68,22 @@ pub struct SeedReport {
 }
 
 impl SeedReport {
+    /// What `--history` writes: the calls in invocation order (a
+    /// `History`, as the robustness suite's checkers read it) and each
+    /// watcher's logs.
+    pub fn history_json(&self) -> String {
+        #[derive(serde::Serialize)]
+        struct Written<'a> {
+            operations: &'a [robustness::history::Operation],
+            watchers: &'a [Vec<WatcherLog>],
+        }
+        let written = Written {
+            operations: &self.history.operations,
+            watchers: &self.watchers,
+        };
+        serde_json::to_string_pretty(&written).expect("a history serializes")
+    }
+
     pub fn failed(&self) -> bool {
         self.failure.is_some() || self.findings.failed() || self.faults.problems().next().is_some()
     }
@@ -90,6 +111,7 @@ pub fn run(spec: &SeedSpec) -> SeedReport {
         seed: spec.seed,
         members: spec.members,
         history: History::default(),
+        watchers: Vec::new(),
         findings: Findings::default(),
         failure: None,
         faults: FaultLog::default(),
@@ -136,6 +158,7 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
             tokio::spawn(task)
         })
         .collect();
+    let watching = Watching::start(&clients, spec.members, &mut seeds);
     let outcome = faults.run(&mut cluster, LOAD_SPAN).await;
     faults.end(&mut cluster);
     report.faults = faults.log.clone();
@@ -149,8 +172,23 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
     if !agreed {
         report.findings.diverged = Some(check::agreement(&cluster).err().unwrap_or_default());
     }
+    // The watchers follow up to the last revision, then stop.
+    let last = (0..cluster.size())
+        .filter_map(|m| cluster.current_revision(m))
+        .max()
+        .unwrap_or(1);
+    watching.stop_at(last);
+    settle(&mut cluster, &mut faults, |_| watching.finished()).await?;
+    for watcher in watching.running() {
+        report.findings.watch_violations.push(format!(
+            "watcher {watcher} did not reach revision {last} within {SETTLE_WITHIN:?}"
+        ));
+    }
+    report.watchers = watching.logs();
     check::linearizability(&history, &mut report.findings);
     check::lost_writes(&history, &cluster, &mut report.findings);
+    let prefix = watchers::PREFIX;
+    check::watches(&cluster, &history, &report.watchers, last, prefix, &mut report.findings);
     report.findings.members = check::member_states(&cluster);
     report.history = history;
     report.simulated = cluster.elapsed();

@@ -1,4 +1,5 @@
-//! Goal: a seed gives the same history byte for byte, run after run, and
+//! Goal: a seed gives the same history (its calls and what its watchers
+//! received) byte for byte, run after run, and
 //! the same end (simulated time, faults, losses); different seeds give
 //! different histories; a seed's history is a real one (calls that
 //! returned, and crashes among its faults).
@@ -19,7 +20,7 @@ fn run(seed: u64, members: usize) -> SeedReport {
 }
 
 fn bytes(report: &SeedReport) -> String {
-    serde_json::to_string_pretty(&report.history).expect("a history serializes")
+    report.history_json()
 }
 
 #[test]
@@ -32,6 +33,11 @@ fn a_seed_replays_byte_for_byte() {
         assert!(
             first.history.operations.iter().filter(|o| !o.is_unknown()).count() > 20,
             "seed {seed} made calls that returned"
+        );
+        assert!(
+            first.findings.watch_delivered > 10,
+            "seed {seed}'s watchers received events: {}",
+            first.findings.watch_delivered
         );
         assert_eq!(bytes(&first), bytes(&second), "seed {seed}'s history is the same twice");
         assert_eq!(

@@ -6,12 +6,13 @@
 //! client's connection to a killed process would.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::clock::SimClock;
+use crate::api::watch::outbox::Responses;
 use crate::auth::Caller;
 use crate::error::RequestError;
 use crate::member::core::Member;
@@ -25,6 +26,8 @@ pub(super) struct Slot {
     pub member: Option<Arc<Member>>,
     /// Notified when the member crashes.
     pub crashed: Arc<Notify>,
+    /// The watch streams opened on it, which its crash ends.
+    pub streams: Vec<Weak<Mutex<Option<Responses>>>>,
 }
 
 /// Why a call has no answer.

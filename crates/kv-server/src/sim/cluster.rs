@@ -7,6 +7,8 @@
 //! delivery), at most [`QUANTUM`] ahead, so that the clients' own timers
 //! fire close to their time.
 
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +21,9 @@ use super::disk::CrashLoss;
 use super::member::{SimMember, Stopped};
 use super::network::{NetFaults, NetStats, Network};
 use super::rng::Rng;
+use super::watch::end_streams;
 use crate::clock::Clock;
+use crate::member::watch_hub::Published;
 
 /// The longest step of the simulated clock: tokio's timers are kept at
 /// millisecond precision, so nothing due is passed by more than that.
@@ -37,6 +41,9 @@ const CLIENT_YIELDS: usize = 2;
 /// Yields a crash waits for the torn-down member's callers to let go of
 /// its store before it counts as a failure.
 const RELEASE_YIELDS_MAX: usize = 256;
+
+/// Conflicting revisions kept for the report: one shows the bug.
+pub const EVENT_CONFLICTS_KEPT: usize = 10;
 
 /// The cluster's shape and timing.
 #[derive(Debug, Clone)]
@@ -85,6 +92,10 @@ pub struct SimStats {
     /// Members stopped by an injected fsync failure.
     pub fsync_faults: u64,
     pub loss: CrashLoss,
+    /// Applied batches the record of changes missed (see
+    /// `SimMember::take_changes`): a revision only they changed is then
+    /// missing from `SimCluster::applied_events`.
+    pub changes_missed: u64,
 }
 
 /// A snapshot on its way: when it arrives, from and to which member, the
@@ -107,6 +118,9 @@ pub struct SimCluster {
     ids: Vec<u64>,
     slots: Arc<Mutex<Vec<Slot>>>,
     stats: SimStats,
+    /// Every revision's changes (`record_changes`).
+    events: BTreeMap<i64, Vec<mvcc::Event>>,
+    event_conflicts: Vec<String>,
     _root: tempfile::TempDir,
 }
 
@@ -138,6 +152,8 @@ impl SimCluster {
             ids: Vec::new(),
             slots,
             stats: SimStats::default(),
+            events: BTreeMap::new(),
+            event_conflicts: Vec::new(),
             _root: root,
         };
         for index in 0..cluster.members.len() {
@@ -291,6 +307,7 @@ impl SimCluster {
             match stepped {
                 Ok((did, sent)) => {
                     busy |= did;
+                    self.record_changes(index);
                     for snapshot in self.network.send(now, sent) {
                         self.send_snapshot(now, index, snapshot);
                     }
@@ -299,6 +316,56 @@ impl SimCluster {
             }
         }
         Ok(busy)
+    }
+
+    /// Adds what member `index` applied since the last look to the record
+    /// of every revision's changes; a revision it applied otherwise than
+    /// another member did is a conflict.
+    fn record_changes(&mut self, index: usize) {
+        let (taken, missed) = self.members[index].take_changes();
+        self.stats.changes_missed += missed;
+        for published in taken {
+            let Published::Changes(changes) = &*published else {
+                continue;
+            };
+            let Some(events) = &changes.events else {
+                self.stats.changes_missed += 1;
+                continue;
+            };
+            for revision in changes.first..=changes.last {
+                let at: Vec<mvcc::Event> = events
+                    .iter()
+                    .filter(|e| e.kv.mod_revision == revision)
+                    .cloned()
+                    .collect();
+                match self.events.entry(revision) {
+                    Entry::Vacant(vacant) => {
+                        vacant.insert(at);
+                    }
+                    Entry::Occupied(known) if *known.get() != at => {
+                        if self.event_conflicts.len() < EVENT_CONFLICTS_KEPT {
+                            self.event_conflicts.push(format!(
+                                "member {index} applied revision {revision} as {at:?}, another member as {:?}",
+                                known.get()
+                            ));
+                        }
+                    }
+                    Entry::Occupied(_) => {}
+                }
+            }
+        }
+    }
+
+    /// Every revision's changes, as the members' apply stages published
+    /// them: what happened, for the watchers' checks.
+    pub fn applied_events(&self) -> &BTreeMap<i64, Vec<mvcc::Event>> {
+        &self.events
+    }
+
+    /// Revisions members applied differently (at most
+    /// [`EVENT_CONFLICTS_KEPT`]).
+    pub fn event_conflicts(&self) -> &[String] {
+        &self.event_conflicts
     }
 
     /// Member `index` stopped: fine if on an fsync failure the run
@@ -314,9 +381,11 @@ impl SimCluster {
 
     /// Crashes member `index` (see `member.rs`); what its disk lost.
     pub async fn crash(&mut self, index: usize) -> Result<CrashLoss, Failure> {
+        self.record_changes(index);
         let crashed = {
             let mut slots = self.slots.lock();
             slots[index].member = None;
+            end_streams(&mut slots[index].streams);
             slots[index].crashed.clone()
         };
         crashed.notify_waiters();

@@ -19,6 +19,8 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use tokio::sync::broadcast;
+
 use super::clock::SimClock;
 use super::disk::SimDisk;
 use super::network::SimOutbox;
@@ -28,6 +30,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::halt::Fatal;
 use crate::member::core::Member;
+use crate::member::watch_hub::Published;
 use crate::raft::input::NodeInput;
 use crate::raft::node::{Node, INPUTS_PER_READY_MAX};
 use crate::server::wiring::{self, World};
@@ -51,6 +54,10 @@ struct Running {
     stage_wake: Instant,
     store: Weak<mvcc::Store>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// What the apply stage publishes to the watch streams, every batch
+    /// from the member's start on: the simulator's record of what each
+    /// revision changed (`SimCluster::applied_events`).
+    changes: broadcast::Receiver<Arc<Published>>,
 }
 
 /// How a member's turn ended badly.
@@ -144,6 +151,7 @@ impl SimMember {
         };
         let wired = wiring::wire(&self.config, opened, &tokio::runtime::Handle::current(), world)?;
         let tasks = vec![tokio::spawn(wired.member.clone().revoke_expired_leases())];
+        let changes = wired.member.subscribe_changes();
         let now = crate::clock::Clock::now(&clock);
         self.running = Some(Running {
             stage_wake: wired.stage.next_wake(now),
@@ -155,10 +163,29 @@ impl SimMember {
             apply_inputs: wired.apply_inputs,
             store,
             tasks,
+            changes,
         });
         self.busy_until = None;
         self.held.clear();
         Ok(())
+    }
+
+    /// What the apply stage published since the last call, and how many
+    /// batches it published that the record missed (it keeps
+    /// `WATCH_HUB_BATCHES`, far more than a round applies).
+    pub fn take_changes(&mut self) -> (Vec<Arc<Published>>, u64) {
+        let mut taken = Vec::new();
+        let mut missed = 0;
+        if let Some(running) = &mut self.running {
+            loop {
+                match running.changes.try_recv() {
+                    Ok(published) => taken.push(published),
+                    Err(broadcast::error::TryRecvError::Lagged(count)) => missed += count,
+                    Err(_) => break,
+                }
+            }
+        }
+        (taken, missed)
     }
 
     /// Delivers a raft message; a full queue drops it, as the transport

@@ -9,6 +9,7 @@
 //! - [`cluster`]: the members, the network and the loop that runs them.
 //! - [`member`]: one member, its turns taken by the loop; crash, restart.
 //! - [`clients`]: the calls clients make, through the core's methods.
+//! - [`watch`]: a client's watch streams, on the real stream task.
 //! - [`network`]: messages delayed, dropped, duplicated, partitioned.
 //! - [`disk`]: the WAL's disk: unsynced writes lost or torn at a crash,
 //!   failed syncs, flipped bits.
@@ -22,9 +23,11 @@ pub mod disk;
 pub mod member;
 pub mod network;
 pub mod rng;
+pub mod watch;
 
 pub use clients::{CallError, Clients, Held};
 pub use cluster::{Failure, SimCluster, SimSpec, SimStats};
 pub use disk::CrashLoss;
 pub use network::{NetFaults, NetStats};
 pub use rng::Rng;
+pub use watch::SimWatch;

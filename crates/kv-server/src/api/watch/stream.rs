@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::broadcast;
 use tokio_stream::StreamExt;
-use tonic::{Status, Streaming};
+use tonic::Status;
 
 use crate::api::errors::store_status;
 use crate::api::watch::id_hash::IdMap;
@@ -88,7 +88,12 @@ struct WatchStream {
     progress_pending: Option<i64>,
 }
 
-/// Starts a stream's task for a client's requests; returns its responses.
+/// A stream's requests: a gRPC call's, or (in the simulator) a
+/// simulated client's.
+pub trait Requests: tokio_stream::Stream<Item = Result<pb::WatchRequest, Status>> + Send + Unpin + 'static {}
+
+impl<T> Requests for T where T: tokio_stream::Stream<Item = Result<pb::WatchRequest, Status>> + Send + Unpin + 'static {}
+
 /// Who opened a stream, as its request said: each watcher's creation is
 /// checked against it, as etcd checks each create against the stream's
 /// context.
@@ -97,12 +102,8 @@ pub struct Opener {
     pub extensions: tonic::Extensions,
 }
 
-pub fn start(
-    member: Arc<Member>,
-    requests: Streaming<pb::WatchRequest>,
-    require_leader: bool,
-    opener: Opener,
-) -> Responses {
+/// Starts a stream's task for a client's requests; returns its responses.
+pub fn start(member: Arc<Member>, requests: impl Requests, require_leader: bool, opener: Opener) -> Responses {
     let header_source = member.clone();
     let headers = Box::new(move |revision| header_source.header(revision).unwrap_or_default());
     let fragment_limit = member.config().max_request_bytes + GRPC_OVERHEAD_BYTES;
@@ -137,7 +138,7 @@ impl Drop for WatchStream {
 impl WatchStream {
     async fn run(
         mut self,
-        mut requests: Streaming<pb::WatchRequest>,
+        mut requests: impl Requests,
         hub: broadcast::Receiver<Arc<Published>>,
         require_leader: bool,
     ) {
@@ -329,6 +330,8 @@ impl WatchStream {
             },
             next: if create.start_revision == 0 {
                 current + 1
+            } else if create.start_revision <= current && crate::broken::watch_resume_skips() {
+                create.start_revision + 1
             } else {
                 create.start_revision
             },
