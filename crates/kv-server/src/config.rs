@@ -93,6 +93,16 @@ pub struct Config {
     )]
     pub experimental_watch_progress_notify_interval: Duration,
 
+    /// Refuse a membership change that could cost the cluster its quorum,
+    /// as etcd does: adding or promoting a voter while too few members
+    /// have started, adding a member while a voter has not been connected
+    /// for the last `RECONFIG_HEALTH_INTERVAL`, removing a voter the
+    /// quorum needs. `false` skips those checks, as etcd's flag does, for
+    /// an operator who must force a change through an unhealthy cluster
+    /// (and for the simulator, whose faults leave no 5 s of calm).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
+    pub strict_reconfig_check: bool,
+
     /// Compare this member's HashKV with its peers' once it has started;
     /// a mismatch raises the CORRUPT alarm for it.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]

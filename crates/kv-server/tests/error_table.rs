@@ -360,6 +360,40 @@ async fn membership_error_rows_match_etcd() {
     assert_eq!(ours, expected, "kv-server's answers");
 }
 
+/// `binary`'s three members started with `--strict-reconfig-check=false`
+/// and asked at once to add a learner: whether it was added, or the
+/// refusal's code and message.
+async fn unchecked_add(binary: &std::path::Path, base: u16) -> Result<bool, (Code, String)> {
+    use kv_server::proto::etcdserverpb::cluster_client::ClusterClient;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = common::Cluster::start(binary, dir.path(), base, &["--strict-reconfig-check=false"]);
+    let channel = common::connect(&cluster.members[0].endpoint(), Duration::from_secs(15))
+        .await
+        .expect("connect");
+    let request = pb::MemberAddRequest {
+        peer_ur_ls: vec![format!("http://127.0.0.1:{}", base + 31)],
+        is_learner: true,
+    };
+    match ClusterClient::new(channel).member_add(request).await {
+        Ok(added) => Ok(added.into_inner().member.is_some_and(|m| m.is_learner)),
+        Err(status) => Err((status.code(), status.message().to_string())),
+    }
+}
+
+// Goal: `--strict-reconfig-check=false` skips the strict checks, as in
+// etcd.
+// Method: a cluster of each server just started (whose members have not
+// been connected for 5 s, so that a strict check answers "unhealthy
+// cluster", as `membership_error_rows_match_etcd` shows) is asked at once
+// to add a learner; with the flag off, both add it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_reconfig_check_off_skips_the_checks() {
+    let etcd = unchecked_add(&common::etcd_tool("ETCD_BIN", "etcd"), 32379).await;
+    assert_eq!(etcd, Ok(true), "etcd adds the learner at once");
+    let ours = unchecked_add(&common::kv_server(), 32479).await;
+    assert_eq!(ours, Ok(true), "kv-server adds the learner at once");
+}
+
 /// A one-member cluster of `binary` given a second voter that never
 /// starts (etcd lets a lone member add one, for restoring a cluster), then
 /// asked for a third voter: the answer to that.

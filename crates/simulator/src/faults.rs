@@ -10,11 +10,15 @@
 //! - process: a crash (at a random moment, or in the middle of a
 //!   member's WAL sync), and a restart after a while; a pause of the whole
 //!   member (a stopped process, a stalled machine);
-//! - maintenance: a compaction, and a defragmentation.
+//! - maintenance: a compaction, and a defragmentation;
+//! - membership: a member replaced (`replace.rs`): the lost one if a flip
+//!   cost the run a member, else one crashed for it.
 
 use std::time::Duration;
 
 use kv_server::sim::{Failure, NetFaults, Rng, SimCluster};
+
+use crate::replace::{Progress, Replacement};
 
 /// The longest span between two faults.
 const SPAN_MAX_MS: u64 = 200;
@@ -26,6 +30,10 @@ const DOWN_MAX_MS: u64 = 600;
 /// one to begin, in steps of [`SYNC_WAIT_STEP`].
 const SYNC_WAIT_STEPS_MAX: u32 = 200;
 const SYNC_WAIT_STEP: Duration = Duration::from_micros(100);
+
+/// Members replaced per run at most: each takes a second or more of the
+/// run's 1.5 s under faults.
+const REPLACEMENTS_MAX: u64 = 2;
 
 /// The longest pause of a member: past its election timeout, so that the
 /// others elect without it and it comes back to a newer term.
@@ -50,6 +58,12 @@ pub struct FaultLog {
     pub compactions: u64,
     pub defrags: u64,
     pub pauses: u64,
+    /// Members replaced: begun, their successor running, promoted to
+    /// voter, and given up (with why).
+    pub replacements: u64,
+    pub replacements_started: u64,
+    pub replacements_promoted: u64,
+    pub replacements_abandoned: Vec<String>,
 }
 
 impl FaultLog {
@@ -78,6 +92,8 @@ pub struct Faults {
     down: Vec<Down>,
     /// Set by [`Faults::end`]: members come back at once.
     ending: bool,
+    /// The replacement under way, if one is.
+    replacing: Option<Replacement>,
     pub log: FaultLog,
 }
 
@@ -87,6 +103,7 @@ impl Faults {
             rng,
             down: Vec::new(),
             ending: false,
+            replacing: None,
             log: FaultLog::default(),
         }
     }
@@ -153,10 +170,13 @@ impl Faults {
                 _ => still.push(down),
             }
         }
+        self.advance_replacement(cluster, &mut still);
+        let replaced = self.replacing.as_ref().map(|r| r.member);
         // Members stopped by a fault of their own (a failed fsync) are
         // down without this log knowing: bring them back too.
         for member in 0..cluster.size() {
-            if !cluster.is_running(member) && !still.iter().any(|d| d.member == member) {
+            let known = still.iter().any(|d| d.member == member) || replaced == Some(member);
+            if !cluster.is_running(member) && !known {
                 let back = match self.ending {
                     true => now,
                     false => now + Duration::from_millis(self.rng.between(10, DOWN_MAX_MS)),
@@ -168,6 +188,60 @@ impl Faults {
             }
         }
         self.down = still;
+    }
+
+    /// Whether a replacement is under way.
+    pub fn replacing(&self) -> bool {
+        self.replacing.is_some()
+    }
+
+    /// Moves the replacement under way on; one given up leaves its member
+    /// down for good (in `down`).
+    fn advance_replacement(&mut self, cluster: &mut SimCluster, down: &mut Vec<Down>) {
+        let Some(replacement) = self.replacing.as_mut() else {
+            return;
+        };
+        let member = replacement.member;
+        let was_started = cluster.is_running(member);
+        match replacement.advance(cluster) {
+            Progress::Going => {
+                if !was_started && cluster.is_running(member) {
+                    self.log.replacements_started += 1;
+                }
+                return;
+            }
+            Progress::Done { promoted } => {
+                self.log.replacements_promoted += u64::from(promoted);
+            }
+            Progress::Abandoned(why) => {
+                self.log.replacements_abandoned.push(format!("member {member}: {why}"));
+                down.push(Down { member, back_at: None });
+            }
+        }
+        self.replacing = None;
+    }
+
+    /// Begins replacing a member: the one a flip lost, else a running one,
+    /// crashed for it.
+    async fn replace(&mut self, cluster: &mut SimCluster) -> Result<(), Failure> {
+        if self.replacing.is_some() || self.log.replacements >= REPLACEMENTS_MAX {
+            return Ok(());
+        }
+        let member = match self.lost_members().first() {
+            Some(&lost) => lost,
+            None => match self.running(cluster) {
+                Some(member) => {
+                    cluster.crash(member).await?;
+                    self.log.crashes += 1;
+                    member
+                }
+                None => return Ok(()),
+            },
+        };
+        self.down.retain(|d| d.member != member);
+        self.replacing = Some(Replacement::begin(cluster, member));
+        self.log.replacements += 1;
+        Ok(())
     }
 
     fn running(&mut self, cluster: &SimCluster) -> Option<usize> {
@@ -227,7 +301,7 @@ impl Faults {
                     self.log.pauses += 1;
                 }
             }
-            _ => {}
+            _ => self.replace(cluster).await?,
         }
         Ok(())
     }
@@ -285,9 +359,13 @@ impl Faults {
     }
 
     /// Crashes a member, flips a bit of its synced log, and restarts it:
-    /// the restart must refuse. One member per run at most is lost so.
+    /// the restart must refuse. One member per run at most is lost so, and
+    /// none while a replacement leaves the quorum a member short.
     async fn flip(&mut self, cluster: &mut SimCluster) -> Result<(), Failure> {
-        if !self.lost_members().is_empty() {
+        // A member under replacement is out of the quorum too, and a
+        // learner never promoted was never in it.
+        let unpromoted = self.log.replacements_started > self.log.replacements_promoted;
+        if !self.lost_members().is_empty() || self.replacing.is_some() || unpromoted {
             return Ok(());
         }
         let Some(member) = self.running(cluster) else {

@@ -147,7 +147,7 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
         catch_up_entries,
     })?;
     let mut faults = Faults::new(Rng::new(spec.seed ^ 0xfa01_7500_0000_0000));
-    settle(&mut cluster, &mut faults, |c| (0..c.size()).any(|m| c.leader(m) != 0)).await?;
+    settle(&mut cluster, &mut faults, |c, _| (0..c.size()).any(|m| c.leader(m) != 0)).await?;
     let recorded = Recorded::default();
     let clients = cluster.clients();
     let until = clients.now_nanos() + LOAD_SPAN.as_nanos() as u64;
@@ -163,8 +163,10 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
     faults.end(&mut cluster);
     report.faults = faults.log.clone();
     outcome?;
-    settle(&mut cluster, &mut faults, |_| tasks.iter().all(|t| t.is_finished())).await?;
-    let agreed = settle(&mut cluster, &mut faults, |c| check::agreement(c).is_ok()).await?;
+    // A replacement under way goes on to its end, as an operator's would.
+    let done = |_: &SimCluster, f: &Faults| tasks.iter().all(|t| t.is_finished()) && !f.replacing();
+    settle(&mut cluster, &mut faults, done).await?;
+    let agreed = settle(&mut cluster, &mut faults, |c, _| check::agreement(c).is_ok()).await?;
     let mut history = History {
         operations: recorded.lock().clone(),
     };
@@ -178,7 +180,7 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
         .max()
         .unwrap_or(1);
     watching.stop_at(last);
-    settle(&mut cluster, &mut faults, |_| watching.finished()).await?;
+    settle(&mut cluster, &mut faults, |_, _| watching.finished()).await?;
     for watcher in watching.running() {
         report.findings.watch_violations.push(format!(
             "watcher {watcher} did not reach revision {last} within {SETTLE_WITHIN:?}"
@@ -191,6 +193,7 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
     check::watches(&cluster, &history, &report.watchers, last, prefix, &mut report.findings);
     report.findings.members = check::member_states(&cluster);
     report.history = history;
+    report.faults = faults.log.clone();
     report.simulated = cluster.elapsed();
     report.loss = cluster.stats().loss;
     report.net = cluster.net_stats();
@@ -202,10 +205,10 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
 async fn settle(
     cluster: &mut SimCluster,
     faults: &mut Faults,
-    done: impl Fn(&SimCluster) -> bool,
+    done: impl Fn(&SimCluster, &Faults) -> bool,
 ) -> Result<bool, Failure> {
     let mut waited = Duration::ZERO;
-    while !done(cluster) {
+    while !done(cluster, faults) {
         if waited >= SETTLE_WITHIN {
             return Ok(false);
         }

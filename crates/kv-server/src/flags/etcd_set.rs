@@ -138,7 +138,6 @@ pub fn no_effect(name: &str) -> &'static str {
         "max-snapshots" | "max-wals" => "kv-server removes its own old snapshots and WAL segments once the store holds them",
         "unsafe-no-fsync" => "kv-server never skips an fsync: an acknowledged write is on disk",
         "force-new-cluster" => "not served: restore a snapshot into a new member instead (kv-server snapshot restore)",
-        "strict-reconfig-check" => "membership changes are always checked strictly here",
         "pre-vote" => "kv-server always campaigns with pre-vote, as etcd does by default",
         "initial-election-tick-advance" => "raft-rs's election timer is used as it is",
         "auto-compaction-mode" | "auto-compaction-retention" => {

@@ -3,7 +3,8 @@
 //! each checked first as etcd checks it, then proposed through raft and
 //! answered once applied here.
 //!
-//! etcd's strict reconfiguration check (on by default) is kept:
+//! etcd's strict reconfiguration check (`--strict-reconfig-check`, on by
+//! default; off, these checks are skipped, as in etcd) is kept:
 //!
 //! - adding or promoting a voter needs a quorum of the voters after the
 //!   change to have started (published a name);
@@ -62,10 +63,11 @@ impl Member {
         // checks when it applies the change.
         check_urls(&peer_urls)?;
         let membership = self.membership.get();
-        if !is_learner && !started_quorum(&membership, None, Joining::Added) {
+        let strict = self.config.strict_reconfig_check;
+        if strict && !is_learner && !started_quorum(&membership, None, Joining::Added) {
             return Err(RequestError::NotEnoughStarted);
         }
-        if self.connected_voters(&membership) < membership.voter_ids().len() {
+        if strict && self.connected_voters(&membership) < membership.voter_ids().len() {
             return Err(RequestError::Unhealthy);
         }
         if membership.with_peer_url(&peer_urls).is_some() {
@@ -105,7 +107,7 @@ impl Member {
     pub async fn remove_member(&self, id: u64) -> Result<Vec<pb::Member>, RequestError> {
         let membership = self.membership.get();
         let member = membership.get(id).ok_or(RequestError::MemberNotFound)?;
-        if !member.is_learner {
+        if !member.is_learner && self.config.strict_reconfig_check {
             if !started_quorum(&membership, Some(id), Joining::None) {
                 return Err(RequestError::NotEnoughStarted);
             }
@@ -200,7 +202,7 @@ impl Member {
         if (learner as f64) < leader as f64 * LEARNER_READY_FRACTION {
             return Err(RequestError::LearnerNotReady);
         }
-        if !started_quorum(&membership, None, Joining::Promoted) {
+        if self.config.strict_reconfig_check && !started_quorum(&membership, None, Joining::Promoted) {
             return Err(RequestError::NotEnoughStarted);
         }
         self.propose_conf_change(ConfChangeType::AddNode, id, Some(member.record()))
