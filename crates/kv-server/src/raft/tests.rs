@@ -94,7 +94,8 @@ fn start_on(index: usize, network: &Network, disk: Arc<dyn wal::Disk>) -> TestMe
         disk,
         ..wal::Options::default()
     };
-    let opened = crate::server::start::open(&config, options).expect("the data directory opens");
+    let opened = crate::server::start::open(&config, options, &crate::server::join::fetch_membership)
+        .expect("the data directory opens");
     let id = opened.membership.local_id;
     let world = World {
         outbox: Some(Box::new(ChannelOutbox {

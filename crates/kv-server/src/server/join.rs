@@ -29,6 +29,11 @@ const JOIN_RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// How long one member may take to answer.
 const MEMBERS_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How a member joining a running cluster learns its membership:
+/// production asks the members over gRPC ([`fetch_membership`]); the
+/// simulator reads a running member's.
+pub type Join = dyn Fn(&Config, Option<u64>) -> Result<Membership, Error>;
+
 /// The running cluster's membership, seen from this member: the one with
 /// id `known_id`, or else the one whose peer URLs are this member's.
 pub fn fetch_membership(config: &Config, known_id: Option<u64>) -> Result<Membership, Error> {
@@ -48,9 +53,25 @@ pub fn fetch_membership(config: &Config, known_id: Option<u64>) -> Result<Member
             what: "the join runtime",
             source,
         })?;
-    let record = runtime.block_on(ask_until_answered(&peer_urls))?;
+    runtime.block_on(ask_until_answered(&peer_urls, |record| {
+        membership_from(config, record, known_id)
+    }))
+}
+
+/// The membership `record` a running member gave, seen from this member:
+/// the one with id `known_id`, or else the one whose peer URLs are this
+/// member's. A `Join` error when the record does not list this member
+/// (the member that gave it is behind: ask again); `Removed` when it
+/// lists it as removed.
+pub fn membership_from(config: &Config, record: MembershipRecord, known_id: Option<u64>) -> Result<Membership, Error> {
+    let own_urls = config::urls(&config.initial_advertise_peer_urls);
     let membership = Membership::from_record(record, 0);
     let local_id = match known_id {
+        Some(id) if membership.removed.contains(&id) => return Err(Error::Removed),
+        // A member behind the one that added this member.
+        Some(id) if membership.get(id).is_none() => {
+            return Err(Error::Join(format!("the member asked does not list member {id:x} yet")))
+        }
         Some(id) => id,
         None => membership.with_peer_url(&own_urls).map(|m| m.id).ok_or_else(|| {
             Error::Join(format!(
@@ -62,14 +83,22 @@ pub fn fetch_membership(config: &Config, known_id: Option<u64>) -> Result<Member
     Ok(Membership { local_id, ..membership })
 }
 
-async fn ask_until_answered(urls: &[String]) -> Result<MembershipRecord, Error> {
+/// Asks the members at `urls` in turn until one's answer is `accept`ed: a
+/// member that does not answer, or whose membership does not list this
+/// one yet (it is behind), is asked again after the others.
+async fn ask_until_answered(
+    urls: &[String],
+    accept: impl Fn(MembershipRecord) -> Result<Membership, Error>,
+) -> Result<Membership, Error> {
     let deadline = tokio::time::Instant::now() + JOIN_TIMEOUT;
     loop {
         let mut failures = Vec::new();
         for url in urls {
-            match ask(url).await {
-                Ok(record) => return Ok(record),
-                Err(error) => failures.push(format!("{url}: {error}")),
+            let answer = ask(url).await.map_err(Error::Join).and_then(&accept);
+            match answer {
+                Ok(membership) => return Ok(membership),
+                Err(Error::Join(error)) => failures.push(format!("{url}: {error}")),
+                Err(other) => return Err(other),
             }
         }
         if tokio::time::Instant::now() >= deadline {

@@ -39,7 +39,7 @@ pub fn run(config: Config) -> Result<(), Error> {
     if let Some(files) = config.tls.peer_client_files(dials_https)? {
         crate::peer::channels::use_peer_tls(files)?;
     }
-    let opened = open(&config, wal::Options::default())?;
+    let opened = open(&config, wal::Options::default(), &join::fetch_membership)?;
     let membership = opened.membership.clone();
     crate::metrics::metrics().describe_member(membership.local_id, config.quota_backend_bytes);
     // Without the metrics feature no observer is installed, so the store
@@ -99,8 +99,9 @@ fn runtimes() -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), Erro
 /// Opens the data directory, the store and the durable log, creating the
 /// log (and for a new cluster, the membership) on the first start. The
 /// log is opened with `wal_options`: the defaults in production; a
-/// simulator's disk (see `wal::Disk`) and smaller segments elsewhere.
-pub(crate) fn open(config: &Config, wal_options: wal::Options) -> Result<Opened, Error> {
+/// simulator's disk (see `wal::Disk`) and smaller segments elsewhere. A
+/// member joining a running cluster learns the membership through `join`.
+pub(crate) fn open(config: &Config, wal_options: wal::Options, join: &join::Join) -> Result<Opened, Error> {
     let dir = DataDir::new(config.data_dir());
     dir.create()?;
     let removed = dir.remove_leftover_dumps()?;
@@ -117,7 +118,7 @@ pub(crate) fn open(config: &Config, wal_options: wal::Options) -> Result<Opened,
     if DurableLog::exists(&dir) {
         store_legacy_membership(config, &store)?;
     } else {
-        create_log(config, &dir, &store, &wal_options)?;
+        create_log(config, &dir, &store, &wal_options, join)?;
     }
     let (log, owner) = DurableLog::open(&dir, &store, wal_options, |store| {
         Ok(stored_membership(store, 0)?.map_or_else(ConfState::default, |m| m.conf_state()))
@@ -125,7 +126,7 @@ pub(crate) fn open(config: &Config, wal_options: wal::Options) -> Result<Opened,
     let membership = match stored_membership(&store, owner.member_id)? {
         Some(membership) => membership,
         // A joining member whose first snapshot has not arrived yet.
-        None => join::fetch_membership(config, Some(owner.member_id))?,
+        None => join(config, Some(owner.member_id))?,
     };
     if membership.local().is_none() {
         return Err(Error::Removed);
@@ -169,7 +170,13 @@ fn store_legacy_membership(config: &Config, store: &mvcc::Store) -> Result<(), E
 /// A first start: a member of a new cluster writes the membership from its
 /// flags; a member joining a running cluster learns it from the others
 /// and starts with an empty log.
-fn create_log(config: &Config, dir: &DataDir, store: &mvcc::Store, wal_options: &wal::Options) -> Result<(), Error> {
+fn create_log(
+    config: &Config,
+    dir: &DataDir,
+    store: &mvcc::Store,
+    wal_options: &wal::Options,
+    join: &join::Join,
+) -> Result<(), Error> {
     // A restore stopped part way leaves the store marked; starting would
     // serve part of the backup.
     if store.is_restoring()? {
@@ -178,7 +185,7 @@ fn create_log(config: &Config, dir: &DataDir, store: &mvcc::Store, wal_options: 
         });
     }
     if config.initial_cluster_state == "existing" {
-        let membership = join::fetch_membership(config, None)?;
+        let membership = join(config, None)?;
         return DurableLog::create(dir, owner_of(&membership), LogStart::Empty, wal_options);
     }
     let membership = Membership::new_cluster(&config.initial_cluster, &config.initial_cluster_token, &config.name)?;
