@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use kv_server::sim::{Failure, NetFaults, Rng, SimCluster};
+use kv_server::sim::{Failure, NetFaults, Rng, SimCluster, StartError};
 
 use crate::replace::{Progress, Replacement};
 
@@ -30,6 +30,9 @@ const DOWN_MAX_MS: u64 = 600;
 /// one to begin, in steps of [`SYNC_WAIT_STEP`].
 const SYNC_WAIT_STEPS_MAX: u32 = 200;
 const SYNC_WAIT_STEP: Duration = Duration::from_micros(100);
+
+/// How soon a joining member that found no member to ask starts again.
+const RETRY_JOIN_AFTER: Duration = Duration::from_millis(50);
 
 /// Members replaced per run at most: each takes a second or more of the
 /// run's 1.5 s under faults.
@@ -155,8 +158,14 @@ impl Faults {
         let mut still = Vec::new();
         for down in std::mem::take(&mut self.down) {
             match down.back_at {
-                Some(at) if at <= now => {
-                    if let Err(why) = cluster.restart(down.member) {
+                Some(at) if at <= now => match cluster.restart(down.member) {
+                    Ok(()) => {}
+                    // A joining member with no one to ask yet asks again.
+                    Err(StartError::NotJoinedYet(_)) => still.push(Down {
+                        member: down.member,
+                        back_at: Some(now + RETRY_JOIN_AFTER),
+                    }),
+                    Err(StartError::Refused(why)) => {
                         // Not after a flip (those never come back), so
                         // the member must start: keep it down and let the
                         // end's check find the gap.
@@ -166,12 +175,12 @@ impl Faults {
                             back_at: None,
                         });
                     }
-                }
+                },
                 _ => still.push(down),
             }
         }
         self.advance_replacement(cluster, &mut still);
-        let replaced = self.replacing.as_ref().map(|r| r.member);
+        let replaced = self.replacing.as_ref().filter(|r| r.holds_slot()).map(|r| r.member);
         // Members stopped by a fault of their own (a failed fsync) are
         // down without this log knowing: bring them back too.
         for member in 0..cluster.size() {
@@ -379,7 +388,12 @@ impl Faults {
         };
         self.log.flips += 1;
         match cluster.restart(member) {
-            Err(_) => {
+            // The flip is never read: the member stays down for good.
+            Err(StartError::NotJoinedYet(_)) => {
+                self.down.retain(|d| d.member != member);
+                self.down.push(Down { member, back_at: None });
+            }
+            Err(StartError::Refused(_)) => {
                 self.log.flips_detected += 1;
                 self.down.retain(|d| d.member != member);
                 self.down.push(Down { member, back_at: None });

@@ -7,6 +7,7 @@
 //! - [`workload`]: the clients' calls, recorded as a history.
 //! - [`watchers`]: the watchers, resumed across crashes, recorded.
 //! - [`faults`]: the faults injected while the clients run.
+//! - [`replace`]: a member replaced, as etcd's runbook does it.
 //! - [`check`]: linearizability, convergence, lost writes, the watch
 //!   guarantees.
 //! - [`broken`]: the builds broken on purpose, which the checks must catch.
@@ -18,6 +19,7 @@
 pub mod broken;
 pub mod check;
 pub mod faults;
+pub mod replace;
 pub mod report;
 pub mod seed;
 pub mod watchers;

@@ -41,6 +41,11 @@ pub struct Summary {
     pub syncs_cut_short: u64,
     pub snapshots: u64,
     pub pauses: u64,
+    /// Members replaced: begun, successor running, promoted, given up.
+    pub replacements: u64,
+    pub replacements_started: u64,
+    pub replacements_promoted: u64,
+    pub replacements_abandoned: u64,
 }
 
 impl Summary {
@@ -67,6 +72,10 @@ impl Summary {
         self.syncs_cut_short += report.loss.cut_short as u64;
         self.snapshots += report.net.snapshots;
         self.pauses += report.faults.pauses;
+        self.replacements += report.faults.replacements;
+        self.replacements_started += report.faults.replacements_started;
+        self.replacements_promoted += report.faults.replacements_promoted;
+        self.replacements_abandoned += report.faults.replacements_abandoned.len() as u64;
     }
 
     /// Whether the run fails: any failed seed, or more undecided
@@ -95,7 +104,7 @@ impl Summary {
     pub fn detail(&self) -> String {
         let per_core = self.seeds as f64 / self.wall.as_secs_f64().max(1e-9);
         format!(
-            "operations={} watch_events={} watch_delivered={} watch_violations={} crashes={} pauses={} partitions={} snapshots={} fsync_failures={} writes_lost={} writes_torn={} syncs_cut_short={} flips_detected={} other_failures={} seeds_per_core_s={per_core:.2}",
+            "operations={} watch_events={} watch_delivered={} watch_violations={} crashes={} pauses={} partitions={} snapshots={} fsync_failures={} writes_lost={} writes_torn={} syncs_cut_short={} flips_detected={} replaced={}/{}/{}/{} other_failures={} seeds_per_core_s={per_core:.2}",
             self.operations,
             self.watch_events,
             self.watch_delivered,
@@ -109,6 +118,10 @@ impl Summary {
             self.torn_writes,
             self.syncs_cut_short,
             self.flips_detected,
+            self.replacements,
+            self.replacements_started,
+            self.replacements_promoted,
+            self.replacements_abandoned,
             self.other_failures
         )
     }

@@ -133,21 +133,12 @@ pub fn run(spec: &SeedSpec) -> SeedReport {
 
 async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failure> {
     let mut seeds = Rng::new(spec.seed ^ 0x5eed_c11e_0000_0000);
-    // Snapshots often, and a short raft log kept for followers behind, so
-    // that members restarted or cut off catch up by snapshot.
-    let snapshot_count = seeds.between(SNAPSHOT_COUNT.0, SNAPSHOT_COUNT.1);
-    let catch_up_entries = seeds.between(CATCH_UP_ENTRIES.0, CATCH_UP_ENTRIES.1);
-    let mut cluster = SimCluster::new(SimSpec {
-        members: spec.members,
-        seed: spec.seed,
-        root: spec.root.clone(),
-        heartbeat: Duration::from_millis(10),
-        election_ticks: 10,
-        snapshot_count,
-        catch_up_entries,
-    })?;
+    let mut cluster = new_cluster(spec, &mut seeds)?;
     let mut faults = Faults::new(Rng::new(spec.seed ^ 0xfa01_7500_0000_0000));
-    settle(&mut cluster, &mut faults, |c, _| (0..c.size()).any(|m| c.leader(m) != 0)).await?;
+    settle(&mut cluster, &mut faults, |c, _| {
+        (0..c.size()).any(|m| c.leader(m) != 0)
+    })
+    .await?;
     let recorded = Recorded::default();
     let clients = cluster.clients();
     let until = clients.now_nanos() + LOAD_SPAN.as_nanos() as u64;
@@ -198,6 +189,23 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
     report.loss = cluster.stats().loss;
     report.net = cluster.net_stats();
     Ok(())
+}
+
+/// The seed's cluster, its settings drawn from `seeds`: snapshots often,
+/// and a short raft log kept for followers behind, so that members
+/// restarted or cut off catch up by snapshot.
+fn new_cluster(spec: &SeedSpec, seeds: &mut Rng) -> Result<SimCluster, Failure> {
+    let snapshot_count = seeds.between(SNAPSHOT_COUNT.0, SNAPSHOT_COUNT.1);
+    let catch_up_entries = seeds.between(CATCH_UP_ENTRIES.0, CATCH_UP_ENTRIES.1);
+    SimCluster::new(SimSpec {
+        members: spec.members,
+        seed: spec.seed,
+        root: spec.root.clone(),
+        heartbeat: Duration::from_millis(10),
+        election_ticks: 10,
+        snapshot_count,
+        catch_up_entries,
+    })
 }
 
 /// Runs the cluster until `done` holds, for at most [`SETTLE_WITHIN`],

@@ -1,6 +1,6 @@
 //! The calls a simulated client makes, through the member core's own
-//! methods (`Member::propose_as`, `Member::range`, the lease calls), as
-//! the gRPC services make them. Each call runs in a client's tokio task on
+//! methods (`Member::propose_as`, `Member::range`, the lease calls, the
+//! membership calls), as the gRPC services make them. Each call runs in a client's tokio task on
 //! the simulator's runtime, so its timeouts are simulated too. A call to a
 //! member that crashes under it ends at once, its outcome unknown, as a
 //! client's connection to a killed process would.
@@ -169,6 +169,35 @@ impl Clients {
         self.call(member, |core| async move { core.lease_revoke(id).await })
             .await
             .map(|revoked| revoked.revision)
+    }
+
+    /// MemberRemove of member `id`.
+    pub async fn member_remove(&self, member: usize, id: u64) -> Result<(), CallError> {
+        self.call(member, |core| async move { core.remove_member(id).await })
+            .await
+            .map(|_| ())
+    }
+
+    /// MemberAdd of a learner at `peer_url`; its id.
+    pub async fn member_add_learner(&self, member: usize, peer_url: &str) -> Result<u64, CallError> {
+        let urls = vec![peer_url.to_string()];
+        self.call(member, |core| async move { core.add_member(urls, true).await })
+            .await
+            .map(|(added, _)| added.id)
+    }
+
+    /// MemberPromote of learner `id`, asked of member `member` as of the
+    /// leader (a follower would forward it over gRPC).
+    pub async fn member_promote(&self, member: usize, id: u64) -> Result<(), CallError> {
+        self.call(member, |core| async move { core.promote_member_as_leader(id).await })
+            .await
+            .map(|_| ())
+    }
+
+    /// MemberList: each member's id, peer URLs and whether it is a learner.
+    pub async fn member_list(&self, member: usize) -> Result<Vec<(u64, Vec<String>, bool)>, CallError> {
+        let list = self.call(member, |core| async move { Ok(core.member_list()) }).await?;
+        Ok(list.into_iter().map(|m| (m.id, m.peer_ur_ls, m.is_learner)).collect())
     }
 
     /// Compacts the store's history up to `revision`.

@@ -62,6 +62,26 @@ pub struct SimSpec {
     pub catch_up_entries: u64,
 }
 
+/// Why a member did not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartError {
+    /// It is joining and learned no membership that lists it (no member
+    /// ran, or those that ran are behind): a real one would keep asking,
+    /// so start it again later.
+    NotJoinedYet(String),
+    /// It refused to start, and why.
+    Refused(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::NotJoinedYet(why) => write!(f, "could not join yet: {why}"),
+            StartError::Refused(why) => write!(f, "{why}"),
+        }
+    }
+}
+
 /// What ends a seed as failed, whatever the clients saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
@@ -118,6 +138,8 @@ pub struct SimCluster {
     ids: Vec<u64>,
     slots: Arc<Mutex<Vec<Slot>>>,
     stats: SimStats,
+    /// Members that joined after the start ([`SimCluster::replace`]).
+    joined: u32,
     /// Every revision's changes (`record_changes`).
     events: BTreeMap<i64, Vec<mvcc::Event>>,
     event_conflicts: Vec<String>,
@@ -148,18 +170,18 @@ impl SimCluster {
             clock,
             rng,
             network,
+            ids: vec![0; members.len()],
             members,
-            ids: Vec::new(),
             slots,
             stats: SimStats::default(),
+            joined: 0,
             events: BTreeMap::new(),
             event_conflicts: Vec::new(),
             _root: root,
         };
         for index in 0..cluster.members.len() {
-            cluster.start(index).map_err(Failure::Setup)?;
+            cluster.start(index).map_err(|e| Failure::Setup(e.to_string()))?;
         }
-        cluster.ids = cluster.members.iter().map(|m| m.id).collect();
         Ok(cluster)
     }
 
@@ -205,14 +227,52 @@ impl SimCluster {
 
     /// Starts member `member` from its data directory, its election
     /// timeout drawn anew; why it could not.
-    fn start(&mut self, index: usize) -> Result<(), String> {
+    fn start(&mut self, index: usize) -> Result<(), StartError> {
         let low = self.spec.election_ticks as u64;
         let ticks = self.rng.between(low, 2 * low - 1) as usize;
+        // A joining member asks a running member for the membership: the
+        // one furthest along.
+        let members = self
+            .members
+            .iter()
+            .filter_map(|m| m.member())
+            .max_by_key(|running| running.applied_index())
+            .map(|running| running.membership().record());
         let member = &mut self.members[index];
-        member.start(self.clock, ticks).map_err(|e| e.to_string())?;
+        member.start(self.clock, ticks, members).map_err(|error| match error {
+            crate::error::Error::Join(why) => StartError::NotJoinedYet(why),
+            other => StartError::Refused(other.to_string()),
+        })?;
         let core = member.member().expect("just started").clone();
         member.id = core.member_id();
+        self.ids[index] = member.id;
         self.slots.lock()[index].member = Some(core);
+        Ok(())
+    }
+
+    /// The peer URL of the next member to join (each new member has its
+    /// own): what a member add names before [`SimCluster::replace`].
+    pub fn next_joining_url(&self) -> String {
+        crate::flags::loopback::peer_url(self.spec.members + self.joined as usize)
+    }
+
+    /// Replaces member `index`, which must be down and removed from the
+    /// membership, with a new member of empty data joining at
+    /// [`SimCluster::next_joining_url`] (which a member add has named),
+    /// as an operator replaces a lost member; why it could not start.
+    pub fn replace(&mut self, index: usize) -> Result<(), String> {
+        if self.members[index].is_running() {
+            return Err(format!("member {index} still runs"));
+        }
+        let number = self.spec.members + self.joined as usize;
+        let dir = self._root.path().join(format!("m{number}"));
+        let config = joining_config(&self.spec, number, &dir)?;
+        let previous = std::mem::replace(&mut self.members[index], SimMember::new(0, config));
+        if let Err(why) = self.start(index) {
+            self.members[index] = previous;
+            return Err(why.to_string());
+        }
+        self.joined += 1;
         Ok(())
     }
 
@@ -414,7 +474,7 @@ impl SimCluster {
 
     /// Restarts a crashed member; why it would not start, if it did not
     /// (for a member whose disk flipped a bit, it must not).
-    pub fn restart(&mut self, index: usize) -> Result<(), String> {
+    pub fn restart(&mut self, index: usize) -> Result<(), StartError> {
         if self.members[index].is_running() {
             return Ok(());
         }
@@ -537,12 +597,28 @@ impl SimCluster {
 /// carries the messages), with the spec's timing and snapshot window.
 fn member_config(spec: &SimSpec, index: usize, dir: &std::path::Path) -> Result<crate::config::Config, String> {
     let election = spec.heartbeat * spec.election_ticks as u32;
-    let mut args = crate::flags::loopback::member_args(spec.members, index, dir, spec.heartbeat, election);
+    let args = crate::flags::loopback::member_args(spec.members, index, dir, spec.heartbeat, election);
+    parse_config(spec, args)
+}
+
+/// The flags of the member numbered `number` (counting the first
+/// members), joining the running cluster with empty data in `dir`.
+fn joining_config(spec: &SimSpec, number: usize, dir: &std::path::Path) -> Result<crate::config::Config, String> {
+    let election = spec.heartbeat * spec.election_ticks as u32;
+    let args = crate::flags::loopback::joining_args(spec.members, number, dir, spec.heartbeat, election);
+    parse_config(spec, args)
+}
+
+/// Parses a member's flags with the cluster's own: its snapshot settings,
+/// and membership changes not refused for a lack of calm (the faults never
+/// leave the 5 s the strict check wants; see `member/reconfigure.rs`).
+fn parse_config(spec: &SimSpec, mut args: Vec<String>) -> Result<crate::config::Config, String> {
     args.extend([
         "--snapshot-count".into(),
         spec.snapshot_count.to_string(),
         "--experimental-snapshot-catchup-entries".into(),
         spec.catch_up_entries.to_string(),
+        "--strict-reconfig-check=false".into(),
     ]);
     crate::flags::parse(&args, &[])
         .map(|parsed| parsed.config)

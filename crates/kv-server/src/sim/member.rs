@@ -31,8 +31,10 @@ use crate::error::Error;
 use crate::halt::Fatal;
 use crate::member::core::Member;
 use crate::member::watch_hub::Published;
+use crate::proto::kvserverpb::MembershipRecord;
 use crate::raft::input::NodeInput;
 use crate::raft::node::{Node, INPUTS_PER_READY_MAX};
+use crate::server::join;
 use crate::server::wiring::{self, World};
 
 /// WAL segments of a simulated member: small, so that a run cuts and
@@ -136,13 +138,25 @@ impl SimMember {
     }
 
     /// Opens the data directory and wires the member on `clock`, its
-    /// election timeout `election_ticks`.
-    pub fn start(&mut self, clock: SimClock, election_ticks: usize) -> Result<(), Error> {
+    /// election timeout `election_ticks`; a member joining a running
+    /// cluster learns it from `members`, a running member's membership.
+    pub fn start(
+        &mut self,
+        clock: SimClock,
+        election_ticks: usize,
+        members: Option<MembershipRecord>,
+    ) -> Result<(), Error> {
         let options = wal::Options {
             segment_size_bytes: SIM_SEGMENT_BYTES,
             disk: self.disk.clone(),
         };
-        let opened = crate::server::start::open(&self.config, options)?;
+        // A member joining learns the membership from a running member's,
+        // as it would ask one over gRPC.
+        let join = move |config: &Config, known_id: Option<u64>| match &members {
+            Some(record) => join::membership_from(config, record.clone(), known_id),
+            None => Err(Error::Join("no member runs to ask for the membership".into())),
+        };
+        let opened = crate::server::start::open(&self.config, options, &join)?;
         let store = Arc::downgrade(&opened.store);
         let world = World {
             outbox: Some(Box::new(self.outbox.clone())),
@@ -167,6 +181,10 @@ impl SimMember {
         });
         self.busy_until = None;
         self.held.clear();
+        // The start's syncs (a new log's, a replay's) returned before it
+        // went on, as a starting process's do: the simulator never crashes
+        // a member part way through its start.
+        self.disk.settle();
         Ok(())
     }
 

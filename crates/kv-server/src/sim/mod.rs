@@ -26,7 +26,7 @@ pub mod rng;
 pub mod watch;
 
 pub use clients::{CallError, Clients, Held};
-pub use cluster::{Failure, SimCluster, SimSpec, SimStats};
+pub use cluster::{Failure, SimCluster, SimSpec, SimStats, StartError};
 pub use disk::CrashLoss;
 pub use network::{NetFaults, NetStats};
 pub use rng::Rng;
