@@ -1309,6 +1309,14 @@ impl Store {
         Ok(self.db.read().size_on_disk()? + values)
     }
 
+    /// What killing the process does to the store, for a simulated crash:
+    /// from now on it refuses every call, and closing it writes nothing,
+    /// so the open batch is lost, as a killed process loses it (what sled
+    /// already has stays). The member's WAL replays what was lost.
+    pub fn kill(&self) {
+        self.poisoned.store(true, Ordering::Release);
+    }
+
     /// Makes everything applied so far durable in sled, the open batch
     /// included. The server calls it before it releases WAL segments, since
     /// after that the WAL can no longer replay what the store lost. sled

@@ -1,7 +1,8 @@
 //! What every seed's end is checked for:
 //! - the history is linearizable (the robustness suite's checker,
 //!   `robustness::linearize`), each key decided or counted undecided;
-//! - the running members converge: one applied index, one revision, the
+//! - the running members converge: each has applied all it knows
+//!   committed, and they share one applied index, one revision, the
 //!   same keys (values, revisions, versions, leases), and one HashKV at it
 //!   wherever they report the same compact revision (etcd's rule);
 //! - nothing acknowledged is lost: every acknowledged put (and successful
@@ -68,6 +69,14 @@ pub fn agreement(cluster: &SimCluster) -> Result<i64, String> {
         return Err("no member runs".into());
     };
     let applied: Vec<Option<u64>> = running.iter().map(|&m| cluster.applied_index(m)).collect();
+    let committed: Vec<Option<u64>> = running.iter().map(|&m| cluster.committed_index(m)).collect();
+    // A member just restarted has committed entries still to apply: the
+    // members agree only once none has.
+    if applied != committed {
+        return Err(format!(
+            "members {running:?} applied {applied:?} of their committed {committed:?}"
+        ));
+    }
     let revisions: Vec<Option<i64>> = running.iter().map(|&m| cluster.current_revision(m)).collect();
     if applied.windows(2).any(|w| w[0] != w[1]) || revisions.windows(2).any(|w| w[0] != w[1]) {
         return Err(format!(

@@ -39,6 +39,8 @@ pub struct Summary {
     pub lost_unsynced: u64,
     pub torn_writes: u64,
     pub syncs_cut_short: u64,
+    /// Applied entries crashes took from the stores, replayed from WALs.
+    pub entries_replayed: u64,
     pub snapshots: u64,
     pub pauses: u64,
     /// Members replaced: begun, successor running, promoted, given up.
@@ -70,6 +72,7 @@ impl Summary {
         self.lost_unsynced += report.loss.lost as u64;
         self.torn_writes += report.loss.torn as u64;
         self.syncs_cut_short += report.loss.cut_short as u64;
+        self.entries_replayed += report.entries_replayed;
         self.snapshots += report.net.snapshots;
         self.pauses += report.faults.pauses;
         self.replacements += report.faults.replacements;
@@ -104,7 +107,7 @@ impl Summary {
     pub fn detail(&self) -> String {
         let per_core = self.seeds as f64 / self.wall.as_secs_f64().max(1e-9);
         format!(
-            "operations={} watch_events={} watch_delivered={} watch_violations={} crashes={} pauses={} partitions={} snapshots={} fsync_failures={} writes_lost={} writes_torn={} syncs_cut_short={} flips_detected={} replaced={}/{}/{}/{} other_failures={} seeds_per_core_s={per_core:.2}",
+            "operations={} watch_events={} watch_delivered={} watch_violations={} crashes={} pauses={} partitions={} snapshots={} fsync_failures={} writes_lost={} writes_torn={} syncs_cut_short={} entries_replayed={} flips_detected={} replaced={}/{}/{}/{} other_failures={} seeds_per_core_s={per_core:.2}",
             self.operations,
             self.watch_events,
             self.watch_delivered,
@@ -117,6 +120,7 @@ impl Summary {
             self.lost_unsynced,
             self.torn_writes,
             self.syncs_cut_short,
+            self.entries_replayed,
             self.flips_detected,
             self.replacements,
             self.replacements_started,

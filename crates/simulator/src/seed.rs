@@ -63,6 +63,8 @@ pub struct SeedReport {
     pub loss: kv_server::sim::CrashLoss,
     /// What the network carried.
     pub net: kv_server::sim::NetStats,
+    /// Applied entries crashes took from the stores, replayed from WALs.
+    pub entries_replayed: u64,
     pub simulated: Duration,
     pub wall: Duration,
 }
@@ -117,6 +119,7 @@ pub fn run(spec: &SeedSpec) -> SeedReport {
         faults: FaultLog::default(),
         loss: Default::default(),
         net: Default::default(),
+        entries_replayed: 0,
         simulated: Duration::ZERO,
         wall: Duration::ZERO,
     };
@@ -187,6 +190,7 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
     report.faults = faults.log.clone();
     report.simulated = cluster.elapsed();
     report.loss = cluster.stats().loss;
+    report.entries_replayed = cluster.stats().entries_replayed;
     report.net = cluster.net_stats();
     Ok(())
 }

@@ -112,6 +112,9 @@ pub struct SimStats {
     /// Members stopped by an injected fsync failure.
     pub fsync_faults: u64,
     pub loss: CrashLoss,
+    /// Applied entries crashes took from the stores (their open batches),
+    /// which the WAL gave back at the restart.
+    pub entries_replayed: u64,
     /// Applied batches the record of changes missed (see
     /// `SimMember::take_changes`): a revision only they changed is then
     /// missing from `SimCluster::applied_events`.
@@ -140,6 +143,8 @@ pub struct SimCluster {
     stats: SimStats,
     /// Members that joined after the start ([`SimCluster::replace`]).
     joined: u32,
+    /// Each member's applied index when it last crashed.
+    applied_at_crash: Vec<Option<u64>>,
     /// Every revision's changes (`record_changes`).
     events: BTreeMap<i64, Vec<mvcc::Event>>,
     event_conflicts: Vec<String>,
@@ -163,18 +168,20 @@ impl SimCluster {
             members.push(SimMember::new(0, config));
         }
         let network = Network::new(rng.fork());
-        let slots = Arc::new(Mutex::new(vec![Slot::default(); spec.members]));
+        let size = spec.members;
+        let slots = Arc::new(Mutex::new(vec![Slot::default(); size]));
         let mut cluster = SimCluster {
             spec,
             snapshots: Vec::new(),
             clock,
             rng,
             network,
-            ids: vec![0; members.len()],
+            ids: vec![0; size],
             members,
             slots,
             stats: SimStats::default(),
             joined: 0,
+            applied_at_crash: vec![None; size],
             events: BTreeMap::new(),
             event_conflicts: Vec::new(),
             _root: root,
@@ -442,6 +449,7 @@ impl SimCluster {
     /// Crashes member `index` (see `member.rs`); what its disk lost.
     pub async fn crash(&mut self, index: usize) -> Result<CrashLoss, Failure> {
         self.record_changes(index);
+        self.applied_at_crash[index] = self.applied_index(index);
         let crashed = {
             let mut slots = self.slots.lock();
             slots[index].member = None;
@@ -479,6 +487,9 @@ impl SimCluster {
             return Ok(());
         }
         self.start(index)?;
+        let at_crash = self.applied_at_crash[index].take().unwrap_or(0);
+        let now = self.applied_index(index).unwrap_or(0);
+        self.stats.entries_replayed += at_crash.saturating_sub(now);
         self.stats.restarts += 1;
         Ok(())
     }
@@ -542,6 +553,11 @@ impl SimCluster {
     /// The raft index member `index` applied, if it runs.
     pub fn applied_index(&self, index: usize) -> Option<u64> {
         self.members[index].member().map(|m| m.applied_index())
+    }
+
+    /// Member `index`'s commit index, as its raft loop last saw it.
+    pub fn committed_index(&self, index: usize) -> Option<u64> {
+        self.members[index].member().map(|m| m.committed_index())
     }
 
     /// Member `index`'s hash of its keys at `revision` (etcd's HashKV):

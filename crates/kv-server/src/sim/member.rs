@@ -9,7 +9,9 @@
 //! queue waits made the simulator's.
 //!
 //! A crash tears the member down in the running process: the disk stops
-//! making syncs durable, the loop, the stage and the core are dropped,
+//! making syncs durable, the store loses its open batch (what it handed
+//! sled stays: sled's own recovery is not simulated), the loop, the stage
+//! and the core are dropped,
 //! their waiting callers hear the member stopped, and once nothing holds
 //! the store any more the disk loses or tears what was not synced. A
 //! restart opens the same directory, as a restarted process would.
@@ -307,6 +309,10 @@ impl SimMember {
     pub fn tear_down(&mut self) -> Option<Weak<mvcc::Store>> {
         let running = self.running.take()?;
         self.disk.freeze();
+        // The store loses its open batch, as a killed process's does.
+        if let Some(store) = running.store.upgrade() {
+            store.kill();
+        }
         for task in &running.tasks {
             task.abort();
         }
