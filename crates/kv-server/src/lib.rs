@@ -53,6 +53,7 @@ pub(crate) mod auth;
 pub(crate) mod broken;
 pub(crate) mod clock;
 pub mod config;
+pub(crate) mod entropy;
 pub(crate) mod error;
 pub mod flags;
 pub(crate) mod halt;

@@ -30,6 +30,8 @@ use parking_lot::RwLock;
 
 use crate::auth::state::AuthState;
 use crate::auth::tokens::Tokens;
+use crate::clock::Clock;
+use crate::entropy::Entropy;
 
 /// etcd's default `--bcrypt-cost`.
 pub const BCRYPT_COST_DEFAULT: u32 = 10;
@@ -48,16 +50,32 @@ pub struct Auth {
     enabled: AtomicBool,
     pub tokens: Tokens,
     pub bcrypt_cost: u32,
+    entropy: Arc<dyn Entropy>,
 }
 
 impl Auth {
-    pub fn new(state: AuthState, token_ttl: Duration, bcrypt_cost: u32) -> Auth {
+    /// Tokens expire on `clock`; token prefixes and password salts are
+    /// drawn from `entropy`.
+    pub fn new(
+        state: AuthState,
+        token_ttl: Duration,
+        bcrypt_cost: u32,
+        clock: Arc<dyn Clock>,
+        entropy: Arc<dyn Entropy>,
+    ) -> Auth {
         Auth {
             enabled: AtomicBool::new(state.enabled),
             state: RwLock::new(Arc::new(state)),
-            tokens: Tokens::new(token_ttl),
+            tokens: Tokens::new(token_ttl, clock, entropy.clone()),
             bcrypt_cost,
+            entropy,
         }
+    }
+
+    /// A fresh salt for a password hash.
+    pub fn salt(&self) -> [u8; 16] {
+        let (high, low) = (self.entropy.next_u64(), self.entropy.next_u64());
+        ((u128::from(high) << 64) | u128::from(low)).to_le_bytes()
     }
 
     pub fn enabled(&self) -> bool {

@@ -11,10 +11,13 @@
 //! member makes at most a few thousand tokens per TTL per core.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use rand::Rng as _;
+
+use crate::clock::Clock;
+use crate::entropy::Entropy;
 
 /// Letters in a token's random prefix, as etcd's.
 pub const TOKEN_PREFIX_LETTERS: usize = 16;
@@ -22,19 +25,13 @@ pub const TOKEN_PREFIX_LETTERS: usize = 16;
 /// etcd's default `--auth-token-ttl`: 300 seconds.
 pub const TOKEN_TTL_DEFAULT_SECONDS: u64 = 300;
 
-/// The tokens this member knows: token → (user, expiry).
+/// The tokens this member knows: token → (user, expiry), expiries on the
+/// member's clock.
 pub struct Tokens {
     ttl: Duration,
     tokens: Mutex<HashMap<String, (String, Instant)>>,
-}
-
-/// A fresh random prefix for a login.
-pub fn new_prefix() -> String {
-    const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    let mut random = rand::rng();
-    (0..TOKEN_PREFIX_LETTERS)
-        .map(|_| LETTERS[random.random_range(0..LETTERS.len())] as char)
-        .collect()
+    clock: Arc<dyn Clock>,
+    entropy: Arc<dyn Entropy>,
 }
 
 /// The raft index a token was made at, if it has etcd's shape.
@@ -44,17 +41,27 @@ pub fn token_index(token: &str) -> Option<u64> {
 }
 
 impl Tokens {
-    pub fn new(ttl: Duration) -> Tokens {
+    pub fn new(ttl: Duration, clock: Arc<dyn Clock>, entropy: Arc<dyn Entropy>) -> Tokens {
         Tokens {
             ttl,
             tokens: Mutex::new(HashMap::new()),
+            clock,
+            entropy,
         }
+    }
+
+    /// A fresh random prefix for a login.
+    pub fn new_prefix(&self) -> String {
+        const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        (0..TOKEN_PREFIX_LETTERS)
+            .map(|_| LETTERS[(self.entropy.next_u64() % LETTERS.len() as u64) as usize] as char)
+            .collect()
     }
 
     /// The token a login with `prefix` at raft `index` makes for `user`.
     pub fn assign(&self, prefix: &str, index: u64, user: &str) -> String {
         let token = format!("{prefix}.{index}");
-        let expires = Instant::now() + self.ttl;
+        let expires = self.clock.now() + self.ttl;
         self.tokens.lock().insert(token.clone(), (user.to_string(), expires));
         token
     }
@@ -62,7 +69,7 @@ impl Tokens {
     /// The user of a live token, whose life starts over with this use.
     pub fn user(&self, token: &str) -> Option<String> {
         let mut tokens = self.tokens.lock();
-        let now = Instant::now();
+        let now = self.clock.now();
         let (user, expires) = tokens.get_mut(token)?;
         if *expires <= now {
             tokens.remove(token);
@@ -93,7 +100,7 @@ impl Tokens {
 
     /// Forgets expired tokens; the server calls this every second.
     pub fn sweep(&self) {
-        let now = Instant::now();
+        let now = self.clock.now();
         self.tokens.lock().retain(|_, (_, expires)| *expires > now);
     }
 
@@ -110,8 +117,12 @@ mod tests {
     // user's tokens end together.
     #[test]
     fn tokens_expire_and_end_with_their_user() {
-        let tokens = Tokens::new(Duration::from_millis(50));
-        let prefix = new_prefix();
+        let tokens = Tokens::new(
+            Duration::from_millis(50),
+            Arc::new(crate::clock::RealClock),
+            Arc::new(crate::entropy::OsEntropy),
+        );
+        let prefix = tokens.new_prefix();
         assert_eq!(prefix.len(), TOKEN_PREFIX_LETTERS);
         let token = tokens.assign(&prefix, 7, "alice");
         assert_eq!(token_index(&token), Some(7));
@@ -119,8 +130,8 @@ mod tests {
         assert_eq!(tokens.user(&token).as_deref(), Some("alice"));
         std::thread::sleep(Duration::from_millis(80));
         assert_eq!(tokens.user(&token), None, "expired");
-        let again = tokens.assign(&new_prefix(), 8, "alice");
-        let other = tokens.assign(&new_prefix(), 9, "bob");
+        let again = tokens.assign(&tokens.new_prefix(), 8, "alice");
+        let other = tokens.assign(&tokens.new_prefix(), 9, "bob");
         tokens.invalidate_user("alice");
         assert_eq!(tokens.user(&again), None);
         assert_eq!(tokens.user(&other).as_deref(), Some("bob"));

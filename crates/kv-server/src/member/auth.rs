@@ -16,7 +16,7 @@ use tonic::metadata::MetadataMap;
 
 use crate::auth::perms::Access;
 use crate::auth::state::AuthState;
-use crate::auth::tokens::{new_prefix, token_index};
+use crate::auth::tokens::token_index;
 use crate::auth::Caller;
 use crate::error::RequestError;
 use crate::member::core::Member;
@@ -241,7 +241,7 @@ impl Member {
         for _ in 0..LOGIN_ATTEMPTS {
             let state = self.auth.state();
             let revision = self.check_password(&state, name, password).await?;
-            let prefix = new_prefix();
+            let prefix = self.auth.tokens.new_prefix();
             let login = auth_request::Request::Authenticate(AuthenticateRecord {
                 name: name.to_string(),
                 token_prefix: prefix.clone(),
@@ -282,10 +282,11 @@ impl Member {
     /// `password` hashed with bcrypt at `--bcrypt-cost`, off the async
     /// threads (a hash takes tens of milliseconds at etcd's default cost).
     pub async fn hash_password(&self, password: &str) -> Result<String, RequestError> {
-        let (password, cost) = (password.to_string(), self.auth.bcrypt_cost);
-        let hashed = tokio::task::spawn_blocking(move || bcrypt::hash(password, cost)).await;
+        let (password, cost, salt) = (password.to_string(), self.auth.bcrypt_cost, self.auth.salt());
+        let hashed = tokio::task::spawn_blocking(move || bcrypt::hash_with_salt(password, cost, salt)).await;
         match hashed {
-            Ok(Ok(hash)) => Ok(hash),
+            // The form `bcrypt::hash` gives, as etcd's Go bcrypt does.
+            Ok(Ok(parts)) => Ok(parts.format_for_version(bcrypt::Version::TwoB)),
             _ => Err(RequestError::AuthFailed),
         }
     }

@@ -104,6 +104,7 @@ fn start_on(index: usize, network: &Network, disk: Arc<dyn wal::Disk>) -> TestMe
         })),
         clock: Arc::new(RealClock),
         election_ticks: None,
+        entropy: Arc::new(crate::entropy::OsEntropy),
     };
     let wired = wiring::wire(&config, opened, &tokio::runtime::Handle::current(), world).unwrap();
     network.inputs.lock().insert(id, wired.node_sender.clone());

@@ -17,6 +17,7 @@ use crate::auth::state::AuthState;
 use crate::auth::Auth;
 use crate::clock::{Clock, RealClock};
 use crate::config::Config;
+use crate::entropy::{Entropy, OsEntropy};
 use crate::error::Error;
 use crate::halt::{Fatal, Halt};
 use crate::member::core::{Member, MemberParts};
@@ -57,6 +58,8 @@ pub struct World {
     /// seed draws it (`NodeConfig::fixed_election_ticks`); `None`: raft
     /// draws its own.
     pub election_ticks: Option<usize>,
+    /// The member's randomness (`entropy.rs`).
+    pub entropy: Arc<dyn Entropy>,
 }
 
 impl World {
@@ -66,6 +69,7 @@ impl World {
             outbox: None,
             clock: Arc::new(RealClock),
             election_ticks: None,
+            entropy: Arc::new(OsEntropy),
         }
     }
 }
@@ -101,7 +105,7 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
         waiters: Arc::new(Waiters::new(world.clock.since_epoch())),
         lessor: Arc::new(Lessor::new(world.clock.clone())),
         watch_hub: Arc::new(WatchHub::default()),
-        auth: Arc::new(open_auth(config, &opened.store)?),
+        auth: Arc::new(open_auth(config, &opened.store, &world)?),
         peers,
         stop: Arc::new(Notify::new()),
     };
@@ -265,8 +269,9 @@ impl Shared {
 }
 
 /// The auth state the store holds, served with the auth flags.
-fn open_auth(config: &Config, store: &mvcc::Store) -> Result<Auth, Error> {
+fn open_auth(config: &Config, store: &mvcc::Store, world: &World) -> Result<Auth, Error> {
     let state = AuthState::decode(store.auth().as_deref()).map_err(|e| Error::BadAuth(e.to_string()))?;
     let ttl = std::time::Duration::from_secs(config.auth_token_ttl);
-    Ok(Auth::new(state, ttl, config.bcrypt_cost))
+    let (clock, entropy) = (world.clock.clone(), world.entropy.clone());
+    Ok(Auth::new(state, ttl, config.bcrypt_cost, clock, entropy))
 }

@@ -237,6 +237,7 @@ impl SimCluster {
     fn start(&mut self, index: usize) -> Result<(), StartError> {
         let low = self.spec.election_ticks as u64;
         let ticks = self.rng.between(low, 2 * low - 1) as usize;
+        let entropy_seed = self.rng.next_u64();
         // A joining member asks a running member for the membership: the
         // one furthest along.
         let members = self
@@ -246,10 +247,12 @@ impl SimCluster {
             .max_by_key(|running| running.applied_index())
             .map(|running| running.membership().record());
         let member = &mut self.members[index];
-        member.start(self.clock, ticks, members).map_err(|error| match error {
-            crate::error::Error::Join(why) => StartError::NotJoinedYet(why),
-            other => StartError::Refused(other.to_string()),
-        })?;
+        member
+            .start(self.clock, ticks, entropy_seed, members)
+            .map_err(|error| match error {
+                crate::error::Error::Join(why) => StartError::NotJoinedYet(why),
+                other => StartError::Refused(other.to_string()),
+            })?;
         let core = member.member().expect("just started").clone();
         member.id = core.member_id();
         self.ids[index] = member.id;

@@ -26,6 +26,7 @@ use tokio::sync::broadcast;
 use super::clock::SimClock;
 use super::disk::SimDisk;
 use super::network::SimOutbox;
+use super::rng::SeededEntropy;
 use crate::apply::input::ApplyInput;
 use crate::apply::stage::Stage;
 use crate::config::Config;
@@ -140,12 +141,14 @@ impl SimMember {
     }
 
     /// Opens the data directory and wires the member on `clock`, its
-    /// election timeout `election_ticks`; a member joining a running
+    /// election timeout `election_ticks`, its randomness seeded with
+    /// `entropy_seed`; a member joining a running
     /// cluster learns it from `members`, a running member's membership.
     pub fn start(
         &mut self,
         clock: SimClock,
         election_ticks: usize,
+        entropy_seed: u64,
         members: Option<MembershipRecord>,
     ) -> Result<(), Error> {
         let options = wal::Options {
@@ -164,6 +167,7 @@ impl SimMember {
             outbox: Some(Box::new(self.outbox.clone())),
             clock: Arc::new(clock),
             election_ticks: Some(election_ticks),
+            entropy: Arc::new(SeededEntropy::new(entropy_seed)),
         };
         let wired = wiring::wire(&self.config, opened, &tokio::runtime::Handle::current(), world)?;
         let tasks = vec![tokio::spawn(wired.member.clone().revoke_expired_leases())];

@@ -47,6 +47,22 @@ impl Rng {
     }
 }
 
+/// A member's randomness (`entropy.rs`) in the simulator: drawn from a
+/// generator seeded per member start.
+pub struct SeededEntropy(parking_lot::Mutex<Rng>);
+
+impl SeededEntropy {
+    pub fn new(seed: u64) -> SeededEntropy {
+        SeededEntropy(parking_lot::Mutex::new(Rng::new(seed)))
+    }
+}
+
+impl crate::entropy::Entropy for SeededEntropy {
+    fn next_u64(&self) -> u64 {
+        self.0.lock().next_u64()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
