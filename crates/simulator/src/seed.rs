@@ -146,12 +146,14 @@ async fn simulate(spec: &SeedSpec, report: &mut SeedReport) -> Result<(), Failur
     let clients = cluster.clients();
     let until = clients.now_nanos() + LOAD_SPAN.as_nanos() as u64;
     let count = 2 + seeds.below(4) as usize;
-    let tasks: Vec<_> = (0..count)
+    let mut tasks: Vec<_> = (0..count)
         .map(|id| {
             let task = workload::run_client(id, clients.clone(), spec.members, seeds.fork(), until, recorded.clone());
             tokio::spawn(task)
         })
         .collect();
+    let reader = workload::run_leader_reader(count, clients.clone(), spec.members, until, recorded.clone());
+    tasks.push(tokio::spawn(reader));
     let watching = Watching::start(&clients, spec.members, &mut seeds);
     let outcome = faults.run(&mut cluster, LOAD_SPAN).await;
     faults.end(&mut cluster);

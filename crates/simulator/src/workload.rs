@@ -4,7 +4,8 @@
 //! the robustness suite's checkers read. The calls and their mix are the
 //! robustness suite's (`robustness::call_mix`: put, get, delete,
 //! compare-and-swap, a lease granted, attached to a put and revoked), so
-//! both check the same model.
+//! both check the same model. One more client reads every key from each
+//! new leader the moment it sees one ([`run_leader_reader`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,5 +111,58 @@ pub async fn run_client(
             },
         };
         recorded.lock().push(operation);
+    }
+}
+
+/// How often the leader reader looks for a new leader: the simulator's
+/// quantum, the finest its clock steps.
+const LEADER_LOOK_EVERY: Duration = Duration::from_millis(1);
+
+/// Looks the leader reader makes at most: bounds a run whatever its clock
+/// does (a run's load lasts 1.5 s of simulated time).
+const LEADER_LOOKS_MAX: usize = 5_000;
+
+/// Runs the leader reader, client `id`, until `until_nanos`: each time a
+/// member of `0..members` is newly the leader, it reads every key from
+/// it at once. Those reads are the ones most exposed to a new leader that
+/// answers a read before it has committed an entry of its term, when it
+/// may not yet know what its predecessor committed (raft's read-index
+/// rule; the `skip-term-check` broken build).
+pub async fn run_leader_reader(id: usize, clients: Clients, members: usize, until_nanos: u64, recorded: Recorded) {
+    let mut last = None;
+    for _ in 0..LEADER_LOOKS_MAX {
+        tokio::time::sleep(LEADER_LOOK_EVERY).await;
+        if clients.now_nanos() >= until_nanos {
+            return;
+        }
+        let leader = (0..members).find(|&m| clients.leads(m));
+        if leader.is_none() || leader == last {
+            continue;
+        }
+        last = leader;
+        let member = leader.expect("just found");
+        let reads: Vec<_> = (0..KEYS)
+            .map(|k| {
+                let (clients, recorded) = (clients.clone(), recorded.clone());
+                tokio::spawn(async move {
+                    let call = Call::Get { key: format!("key{k}") };
+                    let invoked = clients.now_nanos();
+                    if let Ok(result) = make(&clients, member, &call).await {
+                        let returned = clients.now_nanos();
+                        let operation = Operation {
+                            client: id,
+                            call,
+                            invoked,
+                            returned,
+                            result,
+                        };
+                        recorded.lock().push(operation);
+                    }
+                })
+            })
+            .collect();
+        for read in reads {
+            let _ = read.await;
+        }
     }
 }

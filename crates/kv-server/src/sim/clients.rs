@@ -82,6 +82,15 @@ impl Clients {
         .await
     }
 
+    /// Whether member `member` runs and leads, as it sees itself.
+    pub fn leads(&self, member: usize) -> bool {
+        let slots = self.slots.lock();
+        slots[member]
+            .member
+            .as_ref()
+            .is_some_and(|core| core.leader() == core.member_id())
+    }
+
     /// Puts `key`; the revision it made.
     pub async fn put(&self, member: usize, key: &str, value: &str, lease: i64) -> Result<i64, CallError> {
         let request = Request::Put(pb::PutRequest {
