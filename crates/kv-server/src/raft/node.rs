@@ -256,6 +256,15 @@ impl Node {
         self.snapshot_index
     }
 
+    /// Whether this member leads and has committed an entry of its term:
+    /// it then knows everything its predecessors committed. The simulator
+    /// reads it (`sim/cluster.rs`).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    pub fn leads_settled(&self) -> bool {
+        let raft = &self.raw.raft;
+        raft.state == StateRole::Leader && raft.commit_to_current_term()
+    }
+
     /// When the loop has something to do with no input: the next tick,
     /// or, while the apply stage's backlog waits, a retry soon after
     /// `now`. Before the first turn, at once.

@@ -558,6 +558,13 @@ impl SimCluster {
         self.members[index].member().map(|m| m.applied_index())
     }
 
+    /// The member that leads and has committed an entry of its term (so
+    /// its commit index covers everything committed before it), if one
+    /// does.
+    pub fn settled_leader(&self) -> Option<usize> {
+        (0..self.members.len()).find(|&m| self.members[m].leads_settled())
+    }
+
     /// Member `index`'s commit index, as its raft loop last saw it.
     pub fn committed_index(&self, index: usize) -> Option<u64> {
         self.members[index].member().map(|m| m.committed_index())

@@ -135,6 +135,12 @@ impl SimMember {
         self.busy_until.is_some_and(|busy| now < busy)
     }
 
+    /// Whether the member runs, leads, and has committed an entry of its
+    /// term.
+    pub fn leads_settled(&self) -> bool {
+        self.running.as_ref().is_some_and(|r| r.node.leads_settled())
+    }
+
     /// The core, while the member runs.
     pub fn member(&self) -> Option<&Arc<Member>> {
         self.running.as_ref().map(|r| &r.member)
