@@ -371,10 +371,14 @@ impl Faults {
     /// the restart must refuse. One member per run at most is lost so, and
     /// none while a replacement leaves the quorum a member short.
     async fn flip(&mut self, cluster: &mut SimCluster) -> Result<(), Failure> {
-        // A member under replacement is out of the quorum too, and a
-        // learner never promoted was never in it.
+        // One flip per run: a member lost for good is replaced at most
+        // once, and a second loss could come before every member knows
+        // the replacement's promotion committed (a configuration takes
+        // effect where it is applied), leaving a quorum of voters no
+        // member counts as one. A member under replacement is out of the
+        // quorum too, and a learner never promoted was never in it.
         let unpromoted = self.log.replacements_started > self.log.replacements_promoted;
-        if !self.lost_members().is_empty() || self.replacing.is_some() || unpromoted {
+        if self.log.flips > 0 || !self.lost_members().is_empty() || self.replacing.is_some() || unpromoted {
             return Ok(());
         }
         let Some(member) = self.running(cluster) else {
