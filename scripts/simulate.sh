@@ -12,8 +12,9 @@
 # --seed is the first seed (1); --history writes the first seed's history
 # (a failed one's, if any) as JSON; --jobs runs seeds on that many threads
 # (default: every CPU); --break arms a build broken on purpose (stale-read,
-# ack-before-fsync, double-apply, skip-term-check), which needs the
-# member's failpoints compiled in: this script does that when it sees it.
+# ack-before-fsync, double-apply, skip-term-check, watch-resume-skips),
+# which needs the member's failpoints compiled in: this script does that
+# when it sees it.
 # SIMULATOR_BIN runs a simulator already built. docs/robustness.md has the
 # long runs; RUST_LOG shows a replayed seed's member logs.
 set -euo pipefail

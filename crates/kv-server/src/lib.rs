@@ -28,7 +28,8 @@
 //! - [`tls`]: TLS on the client and peer URLs, and who a client
 //!   certificate names.
 //! - [`metrics`]: etcd's Prometheus metrics.
-//! - [`clock`]: the time, behind a seam a simulator can fill; [`sim`]:
+//! - [`clock`]: the time, and [`entropy`]: randomness, each behind a seam
+//!   a simulator can fill; [`sim`]:
 //!   whole clusters of members on one thread and a simulated clock, for
 //!   the `simulator` crate;
 //! - [`error`]: errors as types; [`halt`]: a fault that stops the member,

@@ -38,7 +38,7 @@ struct Args {
     #[arg(long, default_value = "/dev/shm")]
     root: PathBuf,
     /// Arms a broken build (`broken.rs`): stale-read, ack-before-fsync,
-    /// double-apply, skip-term-check.
+    /// double-apply, skip-term-check, watch-resume-skips.
     #[arg(long = "break")]
     broken: Option<String>,
     /// Stops at the first failed seed.
