@@ -101,14 +101,29 @@ pub fn members_for(seed: u64) -> usize {
     }
 }
 
-/// Runs one seed.
-pub fn run(spec: &SeedSpec) -> SeedReport {
-    let started = Instant::now();
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// Where members' directories go: `/dev/shm` where there is one (a seed
+/// writes and removes a few megabytes), else the temporary directory.
+pub fn scratch_root() -> PathBuf {
+    match std::path::Path::new("/dev/shm").is_dir() {
+        true => "/dev/shm".into(),
+        false => std::env::temp_dir(),
+    }
+}
+
+/// The runtime a simulated cluster runs on: one thread, tokio's clock
+/// paused (the simulator moves it).
+pub fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
-        .expect("a current-thread runtime");
+        .expect("a current-thread runtime")
+}
+
+/// Runs one seed.
+pub fn run(spec: &SeedSpec) -> SeedReport {
+    let started = Instant::now();
+    let runtime = paused_runtime();
     let mut report = SeedReport {
         seed: spec.seed,
         members: spec.members,

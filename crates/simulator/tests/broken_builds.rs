@@ -36,11 +36,7 @@ const WITHIN: [(&str, u64); 5] = [
 
 fn first_failing(name: &str, within: u64) -> Option<u64> {
     broken::arm(broken::named(name).expect("a broken build")).expect("failpoints compiled in");
-    let root: std::path::PathBuf = if std::path::Path::new("/dev/shm").is_dir() {
-        "/dev/shm".into()
-    } else {
-        std::env::temp_dir()
-    };
+    let root = seed::scratch_root();
     let found = (1..=within).find(|&seed| {
         seed::run(&SeedSpec {
             seed,

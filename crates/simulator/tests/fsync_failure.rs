@@ -18,17 +18,9 @@ const STEP: Duration = Duration::from_millis(10);
 
 #[test]
 fn a_failed_fsync_stops_its_member_alone() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let runtime = simulator::seed::paused_runtime();
     runtime.block_on(async {
-        let root = if std::path::Path::new("/dev/shm").is_dir() {
-            "/dev/shm".into()
-        } else {
-            std::env::temp_dir()
-        };
+        let root = simulator::seed::scratch_root();
         let mut cluster = SimCluster::new(SimSpec {
             members: 3,
             seed: 7,

@@ -48,17 +48,9 @@ async fn puts(cluster: &mut SimCluster, from: usize, count: usize) -> Vec<(Strin
 
 #[test]
 fn a_replaced_member_joins_catches_up_and_votes() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let runtime = simulator::seed::paused_runtime();
     runtime.block_on(async {
-        let root = if std::path::Path::new("/dev/shm").is_dir() {
-            "/dev/shm".into()
-        } else {
-            std::env::temp_dir()
-        };
+        let root = simulator::seed::scratch_root();
         let mut cluster = SimCluster::new(SimSpec {
             members: 3,
             seed: 11,

@@ -11,11 +11,7 @@
 use simulator::seed::{self, SeedReport, SeedSpec};
 
 fn run(seed: u64, members: usize) -> SeedReport {
-    let root = if std::path::Path::new("/dev/shm").is_dir() {
-        "/dev/shm".into()
-    } else {
-        std::env::temp_dir()
-    };
+    let root = seed::scratch_root();
     seed::run(&SeedSpec { seed, members, root })
 }
 
