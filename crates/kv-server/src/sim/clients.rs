@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::clock::SimClock;
-use crate::api::watch::outbox::Responses;
+use super::watch::StreamResponses;
 use crate::auth::Caller;
 use crate::error::RequestError;
 use crate::member::core::Member;
@@ -27,7 +27,7 @@ pub(super) struct Slot {
     /// Notified when the member crashes.
     pub crashed: Arc<Notify>,
     /// The watch streams opened on it, which its crash ends.
-    pub streams: Vec<Weak<Mutex<Option<Responses>>>>,
+    pub streams: Vec<Weak<StreamResponses>>,
 }
 
 /// Why a call has no answer.

@@ -263,7 +263,13 @@ impl SimCluster {
     /// The peer URL of the next member to join (each new member has its
     /// own): what a member add names before [`SimCluster::replace`].
     pub fn next_joining_url(&self) -> String {
-        crate::flags::loopback::peer_url(self.spec.members + self.joined as usize)
+        crate::flags::loopback::peer_url(self.joining_number())
+    }
+
+    /// The number (`m<number>`, its URL and directory) of the next member
+    /// to join: the first members are numbered from 0, each joiner after.
+    fn joining_number(&self) -> usize {
+        self.spec.members + self.joined as usize
     }
 
     /// Replaces member `index`, which must be down and removed from the
@@ -274,7 +280,7 @@ impl SimCluster {
         if self.members[index].is_running() {
             return Err(format!("member {index} still runs"));
         }
-        let number = self.spec.members + self.joined as usize;
+        let number = self.joining_number();
         let dir = self._root.path().join(format!("m{number}"));
         let config = joining_config(&self.spec, number, &dir)?;
         let previous = std::mem::replace(&mut self.members[index], SimMember::new(0, config));

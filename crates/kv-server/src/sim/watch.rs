@@ -27,12 +27,12 @@ use pb::watch_request::RequestUnion;
 /// that finds the queue full is not sent, as a client would block.
 const WATCH_REQUESTS_QUEUED: usize = 8;
 
-/// A stream's responses, shared with the cluster so that a crash can end
-/// them (`None` once ended).
-pub(super) type SharedResponses = Arc<Mutex<Option<Responses>>>;
+/// A stream's responses, shared with the cluster (which holds them weakly,
+/// `clients::Slot`) so that a crash can end them (`None` once ended).
+pub(super) type StreamResponses = Mutex<Option<Responses>>;
 
 /// Ends the streams in `streams`: what a member's crash does to them.
-pub(super) fn end_streams(streams: &mut Vec<Weak<Mutex<Option<Responses>>>>) {
+pub(super) fn end_streams(streams: &mut Vec<Weak<StreamResponses>>) {
     for stream in streams.drain(..) {
         if let Some(responses) = stream.upgrade() {
             let ended = responses.lock().take();
@@ -44,7 +44,7 @@ pub(super) fn end_streams(streams: &mut Vec<Weak<Mutex<Option<Responses>>>>) {
 /// One watch stream of a simulated client on one member.
 pub struct SimWatch {
     requests: mpsc::Sender<Result<pb::WatchRequest, Status>>,
-    responses: SharedResponses,
+    responses: Arc<StreamResponses>,
     crashed: Arc<Notify>,
 }
 
