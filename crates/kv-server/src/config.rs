@@ -108,6 +108,23 @@ pub struct Config {
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub experimental_initial_corrupt_check: bool,
 
+    /// Serve etcd's gRPC-JSON gateway (`POST /v3/...` as JSON) on the
+    /// client URLs beside gRPC, as etcd does unless told not to.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
+    pub enable_grpc_gateway: bool,
+
+    /// Origins the client URLs' HTTP answers allow cross-origin requests
+    /// from (CORS), comma-separated; `*` or nothing allows any, etcd's
+    /// default.
+    #[arg(long, default_value = "*")]
+    pub cors: String,
+
+    /// Host names a plain-http request to the client URLs may carry in
+    /// its `Host` header, comma-separated; `*` or nothing allows any.
+    /// etcd's guard against DNS rebinding (TLS requests are not checked).
+    #[arg(long, default_value = "*")]
+    pub host_whitelist: String,
+
     /// How often the leader compares its HashKV with every member's; the
     /// members outside the hash a quorum holds get the CORRUPT alarm
     /// (see `member/corruption.rs`). 0 (etcd's default) turns the check

@@ -86,6 +86,8 @@ fn error(flag: &'static str, reason: impl Into<String>) -> Error {
 #[derive(Debug, Clone, Default)]
 pub struct ClientIdentity {
     pub common_name: Option<String>,
+    /// The connection is TLS (etcd checks a plain one's `Host` header).
+    pub tls: bool,
 }
 
 impl ClientIdentity {
@@ -95,7 +97,7 @@ impl ClientIdentity {
             .peer_certificates()
             .and_then(|chain| chain.first())
             .and_then(|leaf| common_name(leaf.as_ref()));
-        ClientIdentity { common_name }
+        ClientIdentity { common_name, tls: true }
     }
 }
 

@@ -36,6 +36,9 @@ pub async fn gate_and_count(State(member): State<Arc<Member>>, request: Request,
 /// The answer to a call this member may not serve: everything passes
 /// while it votes.
 fn refusal(member: &Member, path: &str) -> Option<Response> {
-    let refused = member.is_learner() && path.starts_with("/etcdserverpb.") && !LEARNER_METHODS.contains(&path);
+    let etcd_service = ["/etcdserverpb.", "/v3lockpb.", "/v3electionpb."]
+        .iter()
+        .any(|service| path.starts_with(service));
+    let refused = member.is_learner() && etcd_service && !LEARNER_METHODS.contains(&path);
     refused.then(|| tonic::Status::from(RequestError::NotSupportedForLearner).into_http::<axum::body::Body>())
 }

@@ -5,16 +5,23 @@
 //! - [`kv`], [`lease`], [`cluster`], [`maintenance`], [`watch`],
 //!   [`auth`]: etcd's client services; [`range_stream`]: etcd 3.7's
 //!   chunked range, part of `kv`.
+//! - [`recipes`]: etcd's `Lock` and `Election` services, made of the
+//!   calls above.
+//! - [`gateway`]: etcd's gRPC-JSON gateway, every HTTP rule of the
+//!   services above as JSON over HTTP.
 //! - [`http`]: `/version` and `/metrics`; [`health`]: `/health`,
-//!   `/livez` and `/readyz`.
+//!   `/livez` and `/readyz`; [`access`]: etcd's CORS and `Host` checks
+//!   on the client port's HTTP.
 //! - [`learner`]: what a learner refuses, as etcd's interceptors do.
 //! - [`peer`]: the service other members call (raft streams, snapshots,
 //!   forwarded lease calls).
 //! - [`errors`]: errors as gRPC statuses with etcd's codes.
 
+pub mod access;
 pub mod auth;
 pub mod cluster;
 pub mod errors;
+pub mod gateway;
 pub mod health;
 pub mod http;
 pub mod kv;
@@ -23,4 +30,5 @@ pub mod lease;
 pub mod maintenance;
 pub mod peer;
 pub mod range_stream;
+pub mod recipes;
 pub mod watch;

@@ -122,7 +122,6 @@ pub fn no_effect(name: &str) -> &'static str {
         "proxy" | "proxy-dial-timeout" | "proxy-failure-wait" | "proxy-read-timeout" | "proxy-refresh-interval"
         | "proxy-write-timeout" => "the v2 proxy mode is not served",
         "enable-pprof" => "there is no Go runtime to profile; use perf on the process",
-        "enable-grpc-gateway" | "cors" | "host-whitelist" => "the gRPC-JSON gateway is not served; gRPC and /health, /livez, /readyz, /version and /metrics are",
         "listen-client-http-urls" => "HTTP is served on the same listeners as gRPC (--listen-client-urls)",
         "auto-tls" | "peer-auto-tls" | "self-signed-cert-validity" => {
             "self-signed certificates are not generated; give --cert-file/--key-file (https URLs without them fail at start)"

@@ -84,6 +84,13 @@ const METHODS: &[(&str, &str, &str)] = &[
     ("etcdserverpb.Auth", "RoleDelete", "unary"),
     ("etcdserverpb.Auth", "RoleGrantPermission", "unary"),
     ("etcdserverpb.Auth", "RoleRevokePermission", "unary"),
+    ("v3lockpb.Lock", "Lock", "unary"),
+    ("v3lockpb.Lock", "Unlock", "unary"),
+    ("v3electionpb.Election", "Campaign", "unary"),
+    ("v3electionpb.Election", "Proclaim", "unary"),
+    ("v3electionpb.Election", "Leader", "unary"),
+    ("v3electionpb.Election", "Observe", "server_stream"),
+    ("v3electionpb.Election", "Resign", "unary"),
     ("grpc.health.v1.Health", "Check", "unary"),
     ("grpc.health.v1.Health", "Watch", "server_stream"),
 ];

@@ -240,6 +240,13 @@ impl BoundedListener {
     }
 }
 
+impl Connection {
+    /// Who the connection proved to be.
+    pub fn identity(&self) -> &ClientIdentity {
+        &self.identity
+    }
+}
+
 impl tonic::transport::server::Connected for Connection {
     type ConnectInfo = ClientIdentity;
 

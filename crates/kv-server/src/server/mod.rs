@@ -8,9 +8,12 @@
 //! - [`serve`]: the peer and client listeners, until a stop signal.
 //! - [`tasks`]: the background tasks.
 //! - [`listener`]: the client port's listener, bounded in connections.
+//! - [`client_port`]: what a client connection serves: gRPC, or plain
+//!   HTTP and the gateway, split by each request's kind.
 //! - [`restore`]: `kv-server snapshot restore`, a new member's data
 //!   directory from a saved snapshot.
 
+pub mod client_port;
 pub mod join;
 pub mod listener;
 pub mod restore;

@@ -1,6 +1,7 @@
 //! Serving: the peer port (raft streams, snapshots, forwarded lease
-//! calls) and the client port (etcd's gRPC services, `/health` and
-//! `/version` on the same listener), then the background tasks, until
+//! calls) and the client port (etcd's gRPC services, and on the same
+//! listener `/health`, `/version` and the gRPC-JSON gateway: see
+//! `client_port.rs`), then the background tasks, until
 //! SIGINT or SIGTERM, or until the member is removed from the cluster.
 //!
 //! A stop by signal is etcd's graceful stop, in etcd's order:
@@ -19,14 +20,18 @@ use std::sync::Arc;
 
 use tonic_health::ServingStatus;
 
+use crate::api::access::{self, AccessPolicy};
 use crate::api::auth::AuthService;
 use crate::api::cluster::ClusterService;
+use crate::api::gateway::{self, Gateway};
 use crate::api::http;
 use crate::api::kv::KvService;
 use crate::api::learner;
 use crate::api::lease::LeaseService;
 use crate::api::maintenance::MaintenanceService;
 use crate::api::peer::PeerService;
+use crate::api::recipes::election::ElectionService;
+use crate::api::recipes::lock::LockService;
 use crate::api::watch::service::WatchService;
 use crate::config::{self, GRPC_OVERHEAD_BYTES};
 use crate::error::Error;
@@ -37,11 +42,13 @@ use crate::proto::etcdserverpb::cluster_server::ClusterServer;
 use crate::proto::etcdserverpb::kv_server::KvServer;
 use crate::proto::etcdserverpb::lease_server::LeaseServer;
 use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
+use crate::proto::v3electionpb::election_server::ElectionServer;
+use crate::proto::v3lockpb::lock_server::LockServer;
 use crate::raft::input::NodeInput;
+use crate::server::client_port::ClientPort;
 use crate::server::listener::{BoundedListener, CLIENT_CONNECTIONS_MAX, PEER_CONNECTIONS_MAX};
 use crate::server::tasks;
 use crate::storage::layout::DataDir;
-use crate::tls::ClientIdentity;
 
 /// Serves until SIGINT or SIGTERM. The peer port is served on `peers`, a
 /// runtime of its own (see `start.rs`), so that raft traffic keeps moving
@@ -200,9 +207,39 @@ async fn serve_clients(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, Error> {
     let mut servers = Vec::new();
+    let port = client_port(member, health_service);
+    for url in config::urls(&member.config().listen_client_urls) {
+        let tls = tls_for(&url, || member.config().tls.client_server_config())?;
+        let listener = bind(&url, "listen-client-urls").await?;
+        let listener = BoundedListener::new(listener, CLIENT_CONNECTIONS_MAX, tls).map_err(|source| Error::Listen {
+            url: url.clone(),
+            source,
+        })?;
+        let port = port.clone();
+        let mut stop = stop.clone();
+        servers.push(tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stop.wait_for(|stopping| *stopping).await;
+            };
+            if let Err(error) = axum::serve(listener, port).with_graceful_shutdown(stopped).await {
+                tracing::error!(%error, "client server stopped");
+            }
+        }));
+        tracing::info!(url, "serving clients");
+    }
+    Ok(servers)
+}
+
+/// The client port's two sides (`client_port.rs`): etcd's gRPC services,
+/// and its plain HTTP with the gateway unless `--enable-grpc-gateway` is
+/// false.
+fn client_port(
+    member: &Arc<Member>,
+    health_service: tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+) -> ClientPort {
     let max_decoding = member.config().max_request_bytes + GRPC_OVERHEAD_BYTES;
     let member_of = || member.clone();
-    let router = tonic::service::Routes::new(
+    let grpc = tonic::service::Routes::new(
         KvServer::new(KvService { member: member_of() }).max_decoding_message_size(max_decoding),
     )
     .add_service(LeaseServer::new(LeaseService { member: member_of() }).max_decoding_message_size(max_decoding))
@@ -213,33 +250,26 @@ async fn serve_clients(
     .add_service(ClusterServer::new(ClusterService { member: member_of() }).max_decoding_message_size(max_decoding))
     .add_service(MaintenanceServer::new(MaintenanceService::new(member_of())).max_decoding_message_size(max_decoding))
     .add_service(AuthServer::new(AuthService { member: member_of() }).max_decoding_message_size(max_decoding))
+    .add_service(LockServer::new(LockService { member: member_of() }).max_decoding_message_size(max_decoding))
+    .add_service(ElectionServer::new(ElectionService { member: member_of() }).max_decoding_message_size(max_decoding))
     .add_service(health_service)
     .into_axum_router()
     .layer(axum::middleware::from_fn_with_state(
         member_of(),
         learner::gate_and_count,
-    ))
-    .merge(http::routes(member_of()));
-    for url in config::urls(&member.config().listen_client_urls) {
-        let tls = tls_for(&url, || member.config().tls.client_server_config())?;
-        let listener = bind(&url, "listen-client-urls").await?;
-        let service = router.clone().into_make_service_with_connect_info::<ClientIdentity>();
-        let listener = BoundedListener::new(listener, CLIENT_CONNECTIONS_MAX, tls).map_err(|source| Error::Listen {
-            url: url.clone(),
-            source,
-        })?;
-        let mut stop = stop.clone();
-        servers.push(tokio::spawn(async move {
-            let stopped = async move {
-                let _ = stop.wait_for(|stopping| *stopping).await;
-            };
-            if let Err(error) = axum::serve(listener, service).with_graceful_shutdown(stopped).await {
-                tracing::error!(%error, "client server stopped");
-            }
-        }));
-        tracing::info!(url, "serving clients");
+    ));
+    let mut http = http::routes(member_of());
+    if member.config().enable_grpc_gateway {
+        let gateway = Gateway::new(grpc.clone(), member.config().max_request_bytes);
+        http = http.merge(gateway::routes(Arc::new(gateway)));
     }
-    Ok(servers)
+    let http = http
+        .fallback(|| async { gateway::errors::plain(axum::http::StatusCode::NOT_FOUND, "404 page not found") })
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(AccessPolicy::new(member_of())),
+            access::control,
+        ));
+    ClientPort { grpc, http }
 }
 
 /// `--listen-metrics-urls`: `/metrics` and `/health` on plain HTTP.

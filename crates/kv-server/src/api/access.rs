@@ -1,0 +1,149 @@
+//! etcd's access controller on the client port's plain HTTP (the gateway,
+//! `/version`, `/health`, `/metrics`), in etcd's order:
+//! 1. a plain-http request whose `Host` is not in `--host-whitelist` is
+//!    refused (421, etcd's DNS-rebinding text); TLS requests pass;
+//! 2. with `--client-cert-auth`, the gateway on and auth enabled, a TLS
+//!    request to `/v3/` whose client certificate names a common name is
+//!    refused (400): the gateway cannot act as that name, and etcd says
+//!    so rather than serve it as nobody;
+//! 3. the CORS headers, for any origin while `--cors` allows `*`, else
+//!    for an `Origin` it lists;
+//! 4. `OPTIONS` (a browser's preflight) is answered 200 at once.
+
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::api::gateway::errors::plain;
+use crate::member::core::Member;
+use crate::tls::ClientIdentity;
+
+/// The client port's HTTP policy, from the member's flags.
+pub struct AccessPolicy {
+    member: Arc<Member>,
+    /// Allowed origins; empty or holding `*` allows any.
+    cors: Vec<String>,
+    /// Allowed hosts; empty or holding `*` allows any.
+    hosts: Vec<String>,
+}
+
+/// A comma-separated flag's entries, spaces trimmed, empties dropped.
+fn list(flag: &str) -> Vec<String> {
+    flag.split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn allows(list: &[String], entry: &str) -> bool {
+    list.is_empty() || list.iter().any(|allowed| allowed == "*" || allowed == entry)
+}
+
+impl AccessPolicy {
+    pub fn new(member: Arc<Member>) -> AccessPolicy {
+        let config = member.config();
+        AccessPolicy {
+            cors: list(&config.cors),
+            hosts: list(&config.host_whitelist),
+            member,
+        }
+    }
+}
+
+/// etcd's answer to a `Host` it does not serve.
+fn unrecognized_host(host: &str) -> String {
+    format!(
+        "\netcd received your request, but the Host header was unrecognized.\n\n\
+         To fix this, choose one of the following options:\n\
+         - Enable TLS, then any HTTPS request will be allowed.\n\
+         - Add the hostname you want to use to the whitelist in settings.\n  \
+         - e.g. etcd --host-whitelist {host:?}\n\n\
+         This requirement has been added to help prevent \"DNS Rebinding\" attacks (CVE-2018-5702).\n"
+    )
+}
+
+/// The host a request names, without its port, as Go's `GetHostname`.
+fn hostname(request: &Request) -> String {
+    let host = request
+        .uri()
+        .authority()
+        .map(|authority| authority.as_str().to_string())
+        .or_else(|| {
+            request
+                .headers()
+                .get(header::HOST)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => {
+            name.trim_start_matches('[').trim_end_matches(']').to_string()
+        }
+        _ => host,
+    }
+}
+
+fn add_cors(headers: &mut HeaderMap, origin: HeaderValue) {
+    headers.append(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"),
+    );
+    headers.append(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    headers.append(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("accept, content-type, authorization"),
+    );
+}
+
+/// The middleware: the checks of this module's doc around the request.
+pub async fn control(State(policy): State<Arc<AccessPolicy>>, request: Request, next: Next) -> Response {
+    let identity = request
+        .extensions()
+        .get::<ConnectInfo<ClientIdentity>>()
+        .map(|info| info.0.clone())
+        .unwrap_or_default();
+    if !identity.tls {
+        let host = hostname(&request);
+        if !allows(&policy.hosts, &host) {
+            tracing::warn!(host, "rejecting HTTP request to prevent DNS rebinding attacks");
+            return plain(StatusCode::MISDIRECTED_REQUEST, &unrecognized_host(&host));
+        }
+    } else {
+        let config = policy.member.config();
+        let named = identity.common_name.as_deref().is_some_and(|name| !name.is_empty());
+        if named
+            && config.tls.client_cert_auth
+            && config.enable_grpc_gateway
+            && policy.member.auth_enabled()
+            && request.uri().path().starts_with("/v3/")
+        {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                "CommonName of client sending a request against gateway will be ignored and not used as expected",
+            );
+        }
+    }
+    let origin = if allows(&policy.cors, "*") {
+        Some(HeaderValue::from_static("*"))
+    } else {
+        request
+            .headers()
+            .get(header::ORIGIN)
+            .filter(|origin| origin.to_str().is_ok_and(|origin| allows(&policy.cors, origin)))
+            .cloned()
+    };
+    let mut response = if request.method() == Method::OPTIONS {
+        Response::new(axum::body::Body::empty())
+    } else {
+        next.run(request).await
+    };
+    if let Some(origin) = origin {
+        add_cors(response.headers_mut(), origin);
+    }
+    response
+}
