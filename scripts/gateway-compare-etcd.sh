@@ -11,7 +11,8 @@
 # `start` wipes that directory first, so each start is a fresh cluster, waits
 # until every member answers /health, and prints the three client endpoints,
 # comma separated. --max-request-bytes is 1 MiB so the comparison's 1.6 MiB
-# request body is over the limit.
+# request body is over the limit. Extra etcd flags can be given in
+# GWCMP_ETCD_FLAGS (they come last, so they override).
 set -euo pipefail
 
 cmd=${1:?usage: $0 start|stop BASE_PORT [ETCD_BINARY]}
@@ -62,6 +63,7 @@ start)
             --initial-cluster-state new \
             --max-request-bytes 1048576 \
             --log-level warn \
+            ${GWCMP_ETCD_FLAGS:-} \
             >"$dir/m$i.log" 2>&1 &
         echo $! >"$dir/m$i.pid"
         endpoints="${endpoints:+$endpoints,}127.0.0.1:$client"

@@ -1354,9 +1354,9 @@ def section_cluster(r):
             break
     r.call("member.add.existing_peer_url", c + "add", {"peerURLs": [other_peer or LEARNER_URL]},
            tag="error")
-    if leader in urls:
-        r.call("transfer_leadership.to_learner", "/v3/maintenance/transfer-leadership",
-               {"targetID": learner}, ep=Endpoint(urls[leader]), tag="error")
+    lep = Endpoint(urls[leader]) if leader in urls else r.ep
+    r.call("transfer_leadership.to_learner", "/v3/maintenance/transfer-leadership",
+           {"targetID": learner}, ep=lep, tag="error")
     r.call("member.promote.learner_not_ready", c + "promote", {"ID": learner}, tag="error")
     r.call("member.promote.not_learner", c + "promote", {"ID": me}, tag="error")
     r.call("member.promote.unknown", c + "promote", {"ID": "12345"}, tag="error")
@@ -1429,6 +1429,7 @@ def started_learner(r):
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(5)
+            shutil.rmtree(data_dir, ignore_errors=True)
         log.close()
 
 
@@ -1440,13 +1441,13 @@ def section_lock(r):
     res = r.call("lock.lock.own_lease", lk, {"name": K("gwlk/a")})
     key = res.get("key", default="")
     r.call("lock.unlock.own_lease", ul, {"key": key})
-    raw = unb64(key) or b""
-    m = re.match(rb"^gwlk/a/([0-9a-f]{1,16})$", raw)
-    if m:
-        lid = int(m.group(1), 16)
-        if lid >= 1 << 63:
-            lid -= 1 << 64
-        r.call("lock.revoke_own_lease", "/v3/lease/revoke", {"ID": lid})
+    # The key names the lease etcd granted; revoke it so it cannot expire
+    # (and take a revision) later in the run.
+    m = re.match(rb"^gwlk/a/([0-9a-f]{1,16})$", unb64(key) or b"")
+    lid = int(m.group(1), 16) if m else 0
+    if lid >= 1 << 63:
+        lid -= 1 << 64
+    r.call("lock.revoke_own_lease", "/v3/lease/revoke", {"ID": lid})
 
     first = r.call("lock.lock.first", lk, {"name": K("gwlk/b"), "lease": 8001})
     first_key = first.get("key", default="")
@@ -2023,24 +2024,27 @@ def short(v, limit=300):
 
 
 def compare(na, nb):
-    """Returns a list of printable difference lines."""
+    """Printable difference lines. Records are matched by name (every name
+    in the script is unique), so a record missing on one side does not shift
+    the rest."""
     lines = []
-    bi = {(r["seq"], r["name"]): r for r in nb}
+    bi = {r["name"]: r for r in nb}
     for ra in na:
-        rb = bi.get((ra["seq"], ra["name"]))
+        rb = bi.get(ra["name"])
         req = ra.get("request") or {}
         title = "#%d %s (%s %s)" % (ra["seq"], ra["name"], req.get("method", "?"), req.get("path", "?"))
         if rb is None:
-            lines.append((title, "record", "present", "<missing in B: the sequences diverged>"))
+            lines.append((title, "record", "present", "<missing: B's run never sent it>"))
             continue
         out = []
         diff(ra["response"], rb["response"], "response", out)
         for p, x, y in out:
             lines.append((title, p, x, y))
-    seen = {(r["seq"], r["name"]) for r in na}
+    names = {r["name"] for r in na}
     for rb in nb:
-        if (rb["seq"], rb["name"]) not in seen:
-            lines.append(("#%d %s" % (rb["seq"], rb["name"]), "record", "<missing in A>", "present"))
+        if rb["name"] not in names:
+            lines.append(("#%d %s (B only)" % (rb["seq"], rb["name"]), "record",
+                          "<missing: A's run never sent it>", "present"))
     return lines
 
 
@@ -2182,23 +2186,26 @@ def main():
             print(title)
             last = title
         print("    %s: A=%s B=%s" % (p, short(x), short(y)))
+    if lines:
+        # Revisions are compared as they are, so one extra or missing write
+        # shows up again in every later revision; the first difference is
+        # usually the one to look at.
+        titles = list(dict.fromkeys(t for t, _, _, _ in lines))
+        print("differing requests: %d; the first is %s" % (len(titles), titles[0]))
     print("requests=%d differences=%d" % (len(runs["A"].records), len(lines)))
     return 1 if lines else 0
 
 
-def abbreviate(records):
-    """Raw records with snapshot blobs cut short, for the --out files."""
-    out = []
-    for rec in records:
-        resp = rec.get("response", {})
-        if rec.get("stream") == "snapshot" and "messages" in resp:
-            rec = json.loads(json.dumps(rec))
-            for m in rec["response"]["messages"]:
-                blob = dig(m, "result", "blob")
-                if isinstance(blob, str) and len(blob) > 80:
-                    m["result"]["blob"] = blob[:40] + "...<%d chars>" % len(blob)
-        out.append(rec)
-    return out
+def abbreviate(v):
+    """Raw records for the --out files, with very long strings (snapshot
+    blobs, large values) cut short."""
+    if isinstance(v, dict):
+        return {k: abbreviate(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [abbreviate(x) for x in v]
+    if isinstance(v, str) and len(v) > 4096:
+        return v[:64] + "...<%d chars>" % len(v)
+    return v
 
 
 if __name__ == "__main__":

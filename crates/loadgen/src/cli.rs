@@ -45,6 +45,11 @@ pub struct Global {
     /// mean.
     #[arg(long, global = true, default_value_t = 1)]
     pub iterations: usize,
+    /// Send put, range and txn-put through etcd's gRPC-JSON gateway
+    /// (`POST /v3/kv/...` as JSON over HTTP/1.1, one keep-alive
+    /// connection per client; --conns is not used) instead of gRPC.
+    #[arg(long, global = true)]
+    pub gateway: bool,
     /// Print the report's figures in full, not to four decimals (etcd's
     /// tool's `--precise`).
     #[arg(long, global = true)]

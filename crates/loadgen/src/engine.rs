@@ -24,6 +24,7 @@ use parking_lot::Mutex;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::connection::Connection;
+use crate::gateway;
 use crate::report::{new_histogram, Report};
 use crate::workload::{Request, Requests, Workload};
 
@@ -48,6 +49,9 @@ pub struct Target {
     pub conns: usize,
     pub clients: usize,
     pub target_leader: bool,
+    /// Send through etcd's gRPC-JSON gateway (`gateway.rs`), one HTTP/1.1
+    /// connection per client, instead of gRPC.
+    pub gateway: bool,
 }
 
 /// `host:port` or a URL, as a URL tonic can dial.
@@ -163,6 +167,22 @@ impl RateLimiter {
     }
 }
 
+/// One client's way to the server: a gRPC client on a shared connection,
+/// or its own gateway connection.
+enum Client {
+    Grpc(KvClient<Connection>),
+    Gateway(gateway::Client),
+}
+
+impl Client {
+    async fn send(&mut self, request: Request) -> Result<(), String> {
+        match self {
+            Client::Grpc(client) => send(client, request).await,
+            Client::Gateway(client) => client.send(request).await,
+        }
+    }
+}
+
 /// Sends one request; an error is returned as the message it is counted
 /// under.
 async fn send(client: &mut KvClient<Connection>, request: Request) -> Result<(), String> {
@@ -235,10 +255,36 @@ async fn open_connections(target: &Target) -> Result<Vec<(Connection, http::Uri)
     Ok(conns)
 }
 
+/// The clients of a run: gRPC clients sharing `--conns` connections, or
+/// gateway clients each with its own connection, round-robin over the
+/// endpoints (or the leader's).
+async fn open_clients(target: &Target) -> Result<Vec<Client>, String> {
+    if !target.gateway {
+        let conns = open_connections(target).await?;
+        return Ok((0..target.clients)
+            .map(|i| {
+                let (connection, origin) = conns[i % conns.len()].clone();
+                Client::Grpc(KvClient::with_origin(connection, origin).max_decoding_message_size(MAX_RESPONSE_BYTES))
+            })
+            .collect());
+    }
+    let endpoints = if target.target_leader {
+        leader_endpoints(&target.endpoints).await?
+    } else {
+        target.endpoints.clone()
+    };
+    let mut clients = Vec::with_capacity(target.clients);
+    for i in 0..target.clients {
+        let endpoint = &endpoints[i % endpoints.len()];
+        clients.push(Client::Gateway(gateway::Client::open(endpoint, CONNECT_TIMEOUT).await));
+    }
+    Ok(clients)
+}
+
 /// Runs `workload` against `target` and reports.
 pub async fn run(target: &Target, workload: &Workload, rate: u64) -> Result<Report, String> {
     check_target(target)?;
-    let conns = open_connections(target).await?;
+    let mut clients = open_clients(target).await?.into_iter().map(Some).collect::<Vec<_>>();
     let shared = Shared {
         requests: Arc::new(Mutex::new(workload.requests()?)),
         limiter: (rate > 0).then(|| Arc::new(RateLimiter::new(rate))),
@@ -250,14 +296,11 @@ pub async fn run(target: &Target, workload: &Workload, rate: u64) -> Result<Repo
     let started = Instant::now();
     let mut handles = Vec::with_capacity(workers);
     for worker in 0..workers {
-        let clients: Vec<KvClient<Connection>> = (worker..target.clients)
+        let share: Vec<Client> = (worker..target.clients)
             .step_by(workers)
-            .map(|i| {
-                let (connection, origin) = conns[i % conns.len()].clone();
-                KvClient::with_origin(connection, origin).max_decoding_message_size(MAX_RESPONSE_BYTES)
-            })
+            .filter_map(|i| clients[i].take())
             .collect();
-        handles.push(tokio::spawn(run_worker(clients, shared.clone())));
+        handles.push(tokio::spawn(run_worker(share, shared.clone())));
     }
     let mut latencies = new_histogram();
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
@@ -277,7 +320,7 @@ pub async fn run(target: &Target, workload: &Workload, rate: u64) -> Result<Repo
 
 /// One worker task: its clients, each with one request in flight, until
 /// the requests run out.
-async fn run_worker(clients: Vec<KvClient<Connection>>, shared: Shared) -> Outcomes {
+async fn run_worker(clients: Vec<Client>, shared: Shared) -> Outcomes {
     // Only this task touches them; the locks are never contended and only
     // satisfy the runtime's need for `Send` futures.
     let latencies = Mutex::new(new_histogram());
@@ -292,7 +335,7 @@ async fn run_worker(clients: Vec<KvClient<Connection>>, shared: Shared) -> Outco
 /// One client: takes the next request, waits for the pace, sends it and
 /// records its latency or its error, until none are left.
 async fn run_client(
-    mut client: KvClient<Connection>,
+    mut client: Client,
     shared: &Shared,
     latencies: &Mutex<hdrhistogram::Histogram<u64>>,
     errors: &Mutex<BTreeMap<String, u64>>,
@@ -305,7 +348,7 @@ async fn run_client(
             limiter.wait().await;
         }
         let start = Instant::now();
-        let outcome = tokio::time::timeout(REQUEST_TIMEOUT, send(&mut client, request)).await;
+        let outcome = tokio::time::timeout(REQUEST_TIMEOUT, client.send(request)).await;
         match outcome {
             Ok(Ok(())) => {
                 let nanos = start.elapsed().as_nanos().max(1) as u64;

@@ -9,6 +9,8 @@
 //! - [`connection`]: one HTTP/2 connection, used without a buffer task.
 //! - [`cork`]: batches a connection's writes, as grpc-go's writer does.
 //! - [`engine`]: connections, clients, rate limit, per-client histograms.
+//! - [`gateway`]: requests as etcd's gRPC-JSON gateway takes them
+//!   (`--gateway`).
 //! - [`iterations`]: warm-up and repeated runs, and their means.
 //! - [`report`]: etcd's report layout and arithmetic, plus p99.99 and max.
 //! - [`matrix`]: etcd's documented put/range matrix, beside its figures.
@@ -27,6 +29,7 @@ mod compare;
 mod connection;
 mod cork;
 mod engine;
+mod gateway;
 mod iterations;
 mod keys;
 mod matrix;
@@ -124,6 +127,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         conns: global.conns(),
         clients: global.clients(),
         target_leader: global.target_leader,
+        gateway: global.gateway,
     };
     if global.warmup > 0 || global.iterations != 1 {
         return run_iterated(&global, &target, &workload, rate).await;

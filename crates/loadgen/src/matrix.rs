@@ -208,6 +208,7 @@ pub async fn run(endpoints: &[String], scale: f64, rss_pids: &[u32], label: &str
             conns,
             clients,
             target_leader: row.target_leader,
+            gateway: false,
         };
         println!("\n== {} ({total} requests)", row.name());
         let report = engine::run(&target, &row.workload(total), 0).await?;

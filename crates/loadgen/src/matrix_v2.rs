@@ -165,6 +165,7 @@ pub async fn run(endpoints: &[String], scale: f64, label: &str) -> Result<V2Resu
             conns: row.clients,
             clients: row.clients,
             target_leader: !row.all_members,
+            gateway: false,
         };
         println!(
             "\n== {} {} B, {} clients, {} ({total} requests)",

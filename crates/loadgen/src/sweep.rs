@@ -78,6 +78,7 @@ async fn run_row(
         conns,
         clients,
         target_leader: grid.target_leader,
+        gateway: false,
     };
     let workload = Workload::Put(PutSpec {
         total: grid.total,
