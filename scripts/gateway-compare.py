@@ -478,7 +478,7 @@ class Runner:
         if h:
             req["headers"] = h
         if shown is not None:
-            req["body"] = self._hide(shown)
+            req["body"] = abbreviate(self._hide(shown), TRANSCRIPT_BODY_LIMIT, 10)
         if chunked:
             req["chunked"] = True
         if ep is not None and str(ep) != str(self.ep):
@@ -2196,14 +2196,17 @@ def main():
     return 1 if lines else 0
 
 
-def abbreviate(v):
-    """Raw records for the --out files, with very long strings (snapshot
-    blobs, large values) cut short."""
+def abbreviate(v, limit=4096, max_items=None):
+    """v with very long strings (snapshot blobs, large values) and, if
+    max_items is given, long lists cut short, for what is written to files."""
     if isinstance(v, dict):
-        return {k: abbreviate(x) for k, x in v.items()}
+        return {k: abbreviate(x, limit, max_items) for k, x in v.items()}
     if isinstance(v, list):
-        return [abbreviate(x) for x in v]
-    if isinstance(v, str) and len(v) > 4096:
+        if max_items and len(v) > max_items:
+            return [abbreviate(x, limit, max_items) for x in v[:3]] + [
+                "...<%d more items>" % (len(v) - 3)]
+        return [abbreviate(x, limit, max_items) for x in v]
+    if isinstance(v, str) and len(v) > limit:
         return v[:64] + "...<%d chars>" % len(v)
     return v
 

@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod gateway;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -471,6 +472,12 @@ pub fn http_request(port: u16, method: &str, path: &str) -> String {
 
 /// A process run for the length of a test step; killed when dropped.
 pub struct Background(Child);
+
+impl Background {
+    pub fn new(child: Child) -> Background {
+        Background(child)
+    }
+}
 
 impl Drop for Background {
     fn drop(&mut self) {
