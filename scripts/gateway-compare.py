@@ -1437,12 +1437,13 @@ def section_lock(r):
     lk, ul = "/v3/lock/lock", "/v3/lock/unlock"
     for i in (8001, 8002, 8003):
         r.call("lock.lease.grant.%d" % i, "/v3/lease/grant", {"TTL": 300, "ID": i})
-    # Without a lease etcd grants one itself (60s TTL); the key names it.
+    # Without a lease etcd grants one itself (60s TTL) and names the lock
+    # key after it.
     res = r.call("lock.lock.own_lease", lk, {"name": K("gwlk/a")})
     key = res.get("key", default="")
     r.call("lock.unlock.own_lease", ul, {"key": key})
-    # The key names the lease etcd granted; revoke it so it cannot expire
-    # (and take a revision) later in the run.
+    # Revoke that lease so it cannot expire (and take a revision) later in
+    # a long run.
     m = re.match(rb"^gwlk/a/([0-9a-f]{1,16})$", unb64(key) or b"")
     lid = int(m.group(1), 16) if m else 0
     if lid >= 1 << 63:

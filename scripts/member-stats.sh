@@ -69,10 +69,11 @@ children_ticks() {
     awk '{print $16 + $17}' "/proc/$$/stat"
 }
 
-# Runs etcd's benchmark tool ($ETCD_BENCHMARK_BIN) against the cluster in
-# DIR; sets REPORT, TOOL (its CPU ticks), MEMBERS (the members' CPU
-# ticks) and SWITCHES (the members' context switches) for the run. With
-# TOOL_CPUS set (a taskset CPU list) the tool runs bound to those CPUs.
+# Runs etcd's benchmark tool ($ETCD_BENCHMARK_BIN, or $BENCH_BIN when set:
+# loadgen takes the same flags) against the cluster in DIR; sets REPORT,
+# TOOL (its CPU ticks), MEMBERS (the members' CPU ticks) and SWITCHES (the
+# members' context switches) for the run. With TOOL_CPUS set (a taskset
+# CPU list) the tool runs bound to those CPUs.
 bench() {  # dir tool-args...
     local dir=$1 members_before tool_before switches_before pin=()
     shift
@@ -80,7 +81,7 @@ bench() {  # dir tool-args...
     members_before=$(member_ticks "$dir")
     switches_before=$(member_switches "$dir")
     tool_before=$(children_ticks)
-    REPORT=$(${pin[@]+"${pin[@]}"} "$ETCD_BENCHMARK_BIN" "$@" 2>&1)
+    REPORT=$(${pin[@]+"${pin[@]}"} "${BENCH_BIN:-$ETCD_BENCHMARK_BIN}" "$@" 2>&1)
     TOOL=$(($(children_ticks) - tool_before))
     MEMBERS=$(($(member_ticks "$dir") - members_before))
     SWITCHES=$(($(member_switches "$dir") - switches_before))
