@@ -144,6 +144,15 @@ pub enum RequestError {
     RoleEmpty,
     #[error("etcdserver: authentication failed, invalid user ID or password")]
     AuthFailed,
+    /// etcd 3.5 returns its auth store's own error here, not a gRPC one.
+    #[error("auth: authentication failed, password was given for no password user")]
+    NoPasswordUser,
+    #[error("etcdserver: wrong downgrade target version format")]
+    DowngradeVersionFormat,
+    #[error("etcdserver: invalid downgrade target version")]
+    DowngradeTargetVersion,
+    #[error("etcdserver: no inflight downgrade job")]
+    NoInflightDowngrade,
     #[error("etcdserver: permission not given")]
     PermissionNotGiven,
     #[error("etcdserver: permission denied")]

@@ -1682,8 +1682,14 @@ fn adds_data(request: &WriteRequest) -> bool {
     }
 }
 
+/// etcd's `AlarmType_NONE`: raising it changes nothing.
+const ALARM_NONE: i32 = 0;
+
 /// Raises or clears an alarm, as etcd's alarm store does.
 fn change_alarm(state: &mut State, batch: &mut Batch, request: &AlarmRequest) -> AlarmResponse {
+    if request.activate && request.alarm.kind == ALARM_NONE {
+        return AlarmResponse { alarm: None };
+    }
     let changed = if request.activate {
         state.alarms.insert(request.alarm);
         Some(request.alarm)

@@ -1,5 +1,6 @@
 //! etcd's access controller on the client port's plain HTTP (the gateway,
 //! `/version`, `/health`, `/metrics`), in etcd's order:
+//! 0. `/v3beta/…` is rewritten to `/v3/…`, as etcd keeps the old prefix;
 //! 1. a plain-http request whose `Host` is not in `--host-whitelist` is
 //!    refused (421, etcd's DNS-rebinding text); TLS requests pass;
 //! 2. with `--client-cert-auth`, the gateway on and auth enabled, a TLS
@@ -8,7 +9,10 @@
 //!    so rather than serve it as nobody;
 //! 3. the CORS headers, for any origin while `--cors` allows `*`, else
 //!    for an `Origin` it lists;
-//! 4. `OPTIONS` (a browser's preflight) is answered 200 at once.
+//! 4. `OPTIONS` (a browser's preflight) is answered 200 at once;
+//! 5. then, as Go's `ServeMux` before it routes, a path that is not clean
+//!    (`/v3//kv/range`) is redirected to its clean form, and `/v3` to
+//!    `/v3/` while the gateway is served (307, with `Location`).
 
 use std::sync::Arc;
 
@@ -100,8 +104,70 @@ fn add_cors(headers: &mut HeaderMap, origin: HeaderValue) {
     );
 }
 
+/// Go's `cleanPath`: `path.Clean`, with a trailing slash kept.
+fn clean_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            part => parts.push(part),
+        }
+    }
+    let mut clean = format!("/{}", parts.join("/"));
+    if path.ends_with('/') && clean != "/" {
+        clean.push('/');
+    }
+    clean
+}
+
+/// Where Go's `ServeMux` would send a request for `path`, if elsewhere.
+fn redirect_of(path: &str, gateway: bool) -> Option<String> {
+    let clean = clean_path(path);
+    if clean != path {
+        return Some(clean);
+    }
+    (gateway && path == "/v3").then(|| "/v3/".to_string())
+}
+
+/// A 307 to `location` (with the request's query), as Go's redirect
+/// answers anything but GET and HEAD: no body.
+fn redirect(request: &Request, location: &str) -> Response {
+    let location = match request.uri().query() {
+        Some(query) => format!("{location}?{query}"),
+        None => location.to_string(),
+    };
+    let mut response = Response::new(axum::body::Body::empty());
+    *response.status_mut() = StatusCode::TEMPORARY_REDIRECT;
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+/// `/v3beta/…` as `/v3/…`.
+fn rewrite_v3beta(request: &mut Request) {
+    let Some(rest) = request.uri().path().strip_prefix("/v3beta/") else {
+        return;
+    };
+    let path_and_query = match request.uri().query() {
+        Some(query) => format!("/v3/{rest}?{query}"),
+        None => format!("/v3/{rest}"),
+    };
+    let mut parts = request.uri().clone().into_parts();
+    if let Ok(rewritten) = path_and_query.parse() {
+        parts.path_and_query = Some(rewritten);
+        if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
+}
+
 /// The middleware: the checks of this module's doc around the request.
-pub async fn control(State(policy): State<Arc<AccessPolicy>>, request: Request, next: Next) -> Response {
+pub async fn control(State(policy): State<Arc<AccessPolicy>>, mut request: Request, next: Next) -> Response {
+    rewrite_v3beta(&mut request);
     let identity = request
         .extensions()
         .get::<ConnectInfo<ClientIdentity>>()
@@ -137,8 +203,11 @@ pub async fn control(State(policy): State<Arc<AccessPolicy>>, request: Request, 
             .filter(|origin| origin.to_str().is_ok_and(|origin| allows(&policy.cors, origin)))
             .cloned()
     };
+    let gateway = policy.member.config().enable_grpc_gateway;
     let mut response = if request.method() == Method::OPTIONS {
         Response::new(axum::body::Body::empty())
+    } else if let Some(location) = redirect_of(request.uri().path(), gateway) {
+        redirect(&request, &location)
     } else {
         next.run(request).await
     };
@@ -146,4 +215,24 @@ pub async fn control(State(policy): State<Arc<AccessPolicy>>, request: Request, 
         add_cors(response.headers_mut(), origin);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_cleaned_as_gos_servemux_cleans_them() {
+        assert_eq!(redirect_of("/v3//kv/range", true).as_deref(), Some("/v3/kv/range"));
+        assert_eq!(
+            redirect_of("/v3/./kv/../kv/range", true).as_deref(),
+            Some("/v3/kv/range")
+        );
+        assert_eq!(redirect_of("/v3", true).as_deref(), Some("/v3/"));
+        assert_eq!(redirect_of("/v3", false), None);
+        assert_eq!(redirect_of("/v3/kv/range", true), None);
+        assert_eq!(redirect_of("/v3/", true), None);
+        assert_eq!(redirect_of("/health", true), None);
+        assert_eq!(redirect_of("/a//", true).as_deref(), Some("/a/"));
+    }
 }

@@ -34,7 +34,9 @@ impl From<RequestError> for Status {
             | RequestError::NotSupportedForLearner => Code::Unavailable,
             // etcd 3.5 maps this one to its client-side error value, not
             // a gRPC status, so gRPC sends it as Unknown.
-            RequestError::NotEnoughStarted => Code::Unknown,
+            RequestError::NotEnoughStarted | RequestError::NoPasswordUser => Code::Unknown,
+            RequestError::DowngradeVersionFormat | RequestError::DowngradeTargetVersion => Code::InvalidArgument,
+            RequestError::NoInflightDowngrade => Code::FailedPrecondition,
             RequestError::MemberExists
             | RequestError::PeerUrlExists
             | RequestError::MemberNotLearner

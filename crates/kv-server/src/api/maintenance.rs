@@ -1,6 +1,9 @@
-//! etcd's `Maintenance` service: Status, HashKV, MoveLeader, Snapshot and
-//! Alarm. The rest answer Unimplemented until they exist. With auth on,
-//! Defragment, HashKV and Snapshot need the root role, as in etcd.
+//! etcd's `Maintenance` service: Alarm, Status, Defragment, Hash, HashKV,
+//! Snapshot, MoveLeader and Downgrade (its validate and cancel; enabling
+//! a downgrade answers Unimplemented: there is no older kv-server to go
+//! back to). With auth on, Defragment, Hash, HashKV and Snapshot need the
+//! root role, and refuse as etcd 3.5 does: with its auth store's own
+//! errors (`auth: permission denied`), which gRPC sends as Unknown.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,8 +60,46 @@ impl MaintenanceService {
     }
 }
 
-fn unimplemented(what: &str) -> Status {
-    Status::unimplemented(format!("{what} is not supported by this server yet"))
+/// etcd 3.5's maintenance check for the root role: its auth store's
+/// errors, as they are, so gRPC sends them as Unknown.
+async fn admin(
+    member: &Member,
+    metadata: &tonic::metadata::MetadataMap,
+    extensions: &tonic::Extensions,
+) -> Result<(), Status> {
+    let refused = match member.authorize_admin(metadata, extensions).await {
+        Ok(_) => return Ok(()),
+        Err(RequestError::UserEmpty) => "auth: user name is empty",
+        Err(RequestError::UserNotFound) => "auth: user not found",
+        Err(RequestError::PermissionDenied) => "auth: permission denied",
+        Err(RequestError::InvalidAuthToken) => "auth: invalid auth token",
+        Err(other) => return Err(other.into()),
+    };
+    Err(Status::unknown(refused))
+}
+
+/// A downgrade target as etcd reads it (`MAJOR.MINOR[.PATCH]`, the patch
+/// dropped): its major and minor.
+fn downgrade_target(version: &str) -> Result<(u64, u64), RequestError> {
+    let semver = |text: &str| -> Option<(u64, u64)> {
+        let core = text.split(['-', '+']).next()?;
+        let parts: Vec<&str> = core.split('.').collect();
+        let number = |part: &str| {
+            (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) && (part == "0" || !part.starts_with('0')))
+                .then(|| part.parse::<u64>().ok())
+                .flatten()
+        };
+        match parts.as_slice() {
+            [major, minor, patch] => {
+                number(patch)?;
+                Some((number(major)?, number(minor)?))
+            }
+            _ => None,
+        }
+    };
+    semver(version)
+        .or_else(|| semver(&format!("{version}.0")))
+        .ok_or(RequestError::DowngradeVersionFormat)
 }
 
 type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
@@ -115,23 +156,27 @@ impl Maintenance for MaintenanceService {
         &self,
         request: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
-        self.member
-            .authorize_admin(request.metadata(), request.extensions())
-            .await?;
+        admin(&self.member, request.metadata(), request.extensions()).await?;
         self.member.defragment().await?;
-        Ok(Response::new(pb::DefragmentResponse {
-            header: self.member.current_header(),
+        // etcd answers with an empty response, no header.
+        Ok(Response::new(pb::DefragmentResponse::default()))
+    }
+
+    /// etcd hashes its whole database file, which has no counterpart in
+    /// this store: the hash here is HashKV's at the current revision,
+    /// every revision the store holds and its compact revision, which
+    /// differs between members exactly when their stores do.
+    async fn hash(&self, request: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
+        admin(&self.member, request.metadata(), request.extensions()).await?;
+        let whole = self.member.hash_kv(0)?;
+        Ok(Response::new(pb::HashResponse {
+            header: whole.header,
+            hash: whole.hash,
         }))
     }
 
-    async fn hash(&self, _: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
-        Err(unimplemented("Hash"))
-    }
-
     async fn hash_kv(&self, request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
-        self.member
-            .authorize_admin(request.metadata(), request.extensions())
-            .await?;
+        admin(&self.member, request.metadata(), request.extensions()).await?;
         // etcd's answer: the hash, the compact revision it was taken with,
         // and the member's current revision in the header.
         Ok(Response::new(self.member.hash_kv(request.into_inner().revision)?))
@@ -143,9 +188,7 @@ impl Maintenance for MaintenanceService {
     /// member's disk, then streamed and removed, as etcd streams its
     /// database file.
     async fn snapshot(&self, request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
-        self.member
-            .authorize_admin(request.metadata(), request.extensions())
-            .await?;
+        admin(&self.member, request.metadata(), request.extensions()).await?;
         let permit = self.backups.clone().acquire_owned().await.expect("never closed");
         let n = self.next_backup.fetch_add(1, Ordering::Relaxed);
         let path = DataDir::new(self.member.config().data_dir()).backup(n);
@@ -177,8 +220,37 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(pb::MoveLeaderResponse::default()))
     }
 
-    async fn downgrade(&self, _: Request<pb::DowngradeRequest>) -> Result<Response<pb::DowngradeResponse>, Status> {
-        Err(unimplemented("Downgrade"))
+    /// etcd 3.5's checks: the target must be one minor version below the
+    /// cluster's (3.4 for 3.5), read after a linearizable round; no
+    /// downgrade is ever in flight here, so cancelling has nothing to
+    /// cancel and enabling one is not served.
+    async fn downgrade(
+        &self,
+        request: Request<pb::DowngradeRequest>,
+    ) -> Result<Response<pb::DowngradeResponse>, Status> {
+        use pb::downgrade_request::DowngradeAction;
+        let request = request.into_inner();
+        let action = DowngradeAction::try_from(request.action).map_err(|_| Status::unimplemented("unknown method"))?;
+        if action == DowngradeAction::Validate || action == DowngradeAction::Enable {
+            let target = downgrade_target(&request.version)?;
+            self.member.linearize().await?;
+            let (major, minor) = downgrade_target(ETCD_CLUSTER_VERSION)?;
+            if target != (major, minor.saturating_sub(1)) {
+                return Err(RequestError::DowngradeTargetVersion.into());
+            }
+        } else {
+            self.member.linearize().await?;
+        }
+        match action {
+            DowngradeAction::Validate => Ok(Response::new(pb::DowngradeResponse {
+                header: self.member.current_header(),
+                version: ETCD_CLUSTER_VERSION.to_string(),
+            })),
+            DowngradeAction::Cancel => Err(RequestError::NoInflightDowngrade.into()),
+            DowngradeAction::Enable => Err(Status::unimplemented(
+                "etcdserver: downgrading is not served: there is no older kv-server to go back to",
+            )),
+        }
     }
 }
 
@@ -212,18 +284,25 @@ fn alarm_text(alarm: &pb::AlarmMember) -> String {
     format!("memberID:{} alarm:{} ", alarm.member_id, kind)
 }
 
-/// Streams a snapshot file of `size` bytes in [`BACKUP_CHUNK_BYTES`]
-/// pieces, each saying how many bytes remain after it; holds `permit`
-/// until done.
+/// The snapshot file's trailer: the sha256 of the bytes before it.
+const CHECKSUM_BYTES: u64 = 32;
+
+/// Streams a snapshot file of `size` bytes as etcd streams its database:
+/// the data in [`BACKUP_CHUNK_BYTES`] pieces, each saying how many data
+/// bytes remain after it, then the sha256 of the data as a message of its
+/// own (the file's trailer), with none remaining. Holds `permit` until
+/// done.
 async fn send_backup(
     mut file: tokio::fs::File,
     size: u64,
     out: mpsc::Sender<Result<pb::SnapshotResponse, Status>>,
     permit: OwnedSemaphorePermit,
 ) {
+    let data = size.saturating_sub(CHECKSUM_BYTES);
     let mut sent = 0u64;
     while sent < size {
-        let mut blob = vec![0u8; BACKUP_CHUNK_BYTES.min((size - sent) as usize)];
+        let left_in_part = if sent < data { data - sent } else { size - sent };
+        let mut blob = vec![0u8; BACKUP_CHUNK_BYTES.min(left_in_part as usize)];
         if let Err(error) = file.read_exact(&mut blob).await {
             let _ = out
                 .send(Err(Status::internal(format!("reading the snapshot: {error}"))))
@@ -233,7 +312,7 @@ async fn send_backup(
         sent += blob.len() as u64;
         let response = pb::SnapshotResponse {
             header: None,
-            remaining_bytes: size - sent,
+            remaining_bytes: data.saturating_sub(sent),
             blob,
         };
         if out.send(Ok(response)).await.is_err() {

@@ -4,9 +4,10 @@
 //! member holds the same state; the store keeps it as one record
 //! (`AuthRecord`), rewritten whole by each change.
 //!
-//! Revisions follow etcd's: every change that alters users or roles bumps
-//! the revision, and so does disabling auth; enabling does not, and a
-//! grant that changes nothing does not.
+//! Revisions follow etcd's: a new store's auth revision is 1 (etcd's auth
+//! store commits revision 1 when it finds 0); every change that alters
+//! users or roles bumps the revision, and so does disabling auth; enabling
+//! does not, and a grant that changes nothing does not.
 
 use std::collections::BTreeMap;
 
@@ -21,12 +22,26 @@ use crate::proto::kvserverpb::{auth_request::Request, AuthRecord};
 pub const ROOT: &str = "root";
 
 /// The auth state as the store keeps it.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AuthState {
     pub enabled: bool,
     pub revision: u64,
     pub users: BTreeMap<String, authpb::User>,
     pub roles: BTreeMap<String, authpb::Role>,
+}
+
+/// The revision of an auth state no change has touched.
+const FIRST_REVISION: u64 = 1;
+
+impl Default for AuthState {
+    fn default() -> AuthState {
+        AuthState {
+            enabled: false,
+            revision: FIRST_REVISION,
+            users: BTreeMap::new(),
+            roles: BTreeMap::new(),
+        }
+    }
 }
 
 impl AuthState {
@@ -39,7 +54,7 @@ impl AuthState {
         let name = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
         Ok(AuthState {
             enabled: record.enabled,
-            revision: record.revision,
+            revision: record.revision.max(FIRST_REVISION),
             users: record.users.into_iter().map(|u| (name(&u.name), u)).collect(),
             roles: record.roles.into_iter().map(|r| (name(&r.name), r)).collect(),
         })

@@ -266,7 +266,7 @@ impl Member {
         }
         let user = state.users.get(name).ok_or(RequestError::AuthFailed)?;
         if user.options.is_some_and(|o| o.no_password) {
-            return Err(RequestError::AuthFailed);
+            return Err(RequestError::NoPasswordUser);
         }
         let hash = String::from_utf8_lossy(&user.password).into_owned();
         let password = password.to_string();

@@ -263,8 +263,12 @@ fn client_port(
         let gateway = Gateway::new(grpc.clone(), member.config().max_request_bytes);
         http = http.merge(gateway::routes(Arc::new(gateway)));
     }
-    let http = http
-        .fallback(|| async { gateway::errors::plain(axum::http::StatusCode::NOT_FOUND, "404 page not found") })
+    let http =
+        http.fallback(|| async { gateway::errors::plain(axum::http::StatusCode::NOT_FOUND, "404 page not found") });
+    // The access controller runs before routing (it may rewrite the
+    // path), as etcd's wraps its whole HTTP mux.
+    let http = axum::Router::new()
+        .fallback_service(http)
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(AccessPolicy::new(member_of())),
             access::control,

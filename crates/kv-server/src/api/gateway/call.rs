@@ -26,11 +26,8 @@ pub fn frame(message: &[u8]) -> Bytes {
     framed.freeze()
 }
 
-/// An ongoing call: the response's header metadata, and its messages.
+/// An ongoing call: its messages, then its status.
 pub struct Call {
-    /// The response headers, which the gateway passes on to its client
-    /// as `Grpc-Metadata-*` headers, as etcd's does.
-    pub headers: HeaderMap,
     body: Body,
     buffer: BytesMut,
     done: bool,
@@ -39,13 +36,8 @@ pub struct Call {
 /// Calls `path` (`/etcdserverpb.KV/Range`) on `grpc` with `metadata`
 /// (the gRPC headers the call carries) and `requests` (framed messages).
 /// An answer made of a status alone (the call failed before it began)
-/// is the error, with the headers it came with.
-pub async fn start(
-    grpc: &Router,
-    path: &str,
-    metadata: HeaderMap,
-    requests: Body,
-) -> Result<Call, (Status, HeaderMap)> {
+/// is the error.
+pub async fn start(grpc: &Router, path: &str, metadata: HeaderMap, requests: Body) -> Result<Call, Status> {
     let mut request = Request::builder()
         .method(Method::POST)
         .uri(path)
@@ -61,11 +53,10 @@ pub async fn start(
     let (parts, body) = response.into_parts();
     if let Some(status) = Status::from_header_map(&parts.headers) {
         if status.code() != tonic::Code::Ok {
-            return Err((status, parts.headers));
+            return Err(status);
         }
     }
     Ok(Call {
-        headers: parts.headers,
         body,
         buffer: BytesMut::new(),
         done: false,
@@ -160,9 +151,6 @@ pub fn outgoing_metadata(headers: &HeaderMap) -> HeaderMap {
         if let Ok(key) = axum::http::HeaderName::from_bytes(key.as_bytes()) {
             metadata.append(key, value.clone());
         }
-    }
-    if let Some(timeout) = headers.get("grpc-timeout") {
-        metadata.insert("grpc-timeout", timeout.clone());
     }
     metadata
 }

@@ -85,28 +85,69 @@ pub fn stream_error_chunk(code: Code, message: &str) -> Vec<u8> {
     out
 }
 
-/// A JSON answer with `status` and `body`, carrying the call's response
-/// headers as etcd's gateway does (`Grpc-Metadata-Content-Type`, …).
-pub fn json_response(status: StatusCode, body: Body, call_headers: &HeaderMap) -> Response {
+/// A JSON answer with `status` and `body`. `call_headers` says the call's
+/// response had headers (not a status alone), which etcd's gateway passes
+/// on as `Grpc-Metadata-Content-Type: application/grpc`.
+pub fn json_response(status: StatusCode, body: Body, call_headers: bool) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    for (name, value) in call_headers {
-        let name = name.as_str();
-        if name.starts_with("grpc-") {
-            continue;
-        }
-        if let Ok(name) = axum::http::HeaderName::from_bytes(format!("grpc-metadata-{name}").as_bytes()) {
-            headers.append(name, value.clone());
-        }
+    if call_headers {
+        headers.insert(
+            "grpc-metadata-content-type",
+            HeaderValue::from_static("application/grpc"),
+        );
     }
     response
 }
 
-/// The answer to a failed call.
-pub fn call_failed(code: Code, message: &str, call_headers: &HeaderMap) -> Response {
-    json_response(http_status(code), Body::from(error_body(code, message)), call_headers)
+/// Where a failure came from, which decides what etcd's gateway sends
+/// with it to a client that asked for trailers (`TE: trailers`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Failure {
+    /// The gateway refused the request before any call.
+    Request,
+    /// The call ended with a status alone: its metadata comes back as a
+    /// `Grpc-Trailer-Content-Type` trailer.
+    Call,
+}
+
+/// The answer to a failed call; `wants_trailers` is the request's
+/// `TE: trailers`, which makes the answer chunked, as Go writes it.
+pub fn call_failed(code: Code, message: &str, failure: Failure, wants_trailers: bool) -> Response {
+    let body = error_body(code, message);
+    if !wants_trailers {
+        return json_response(http_status(code), Body::from(body), false);
+    }
+    let mut trailers = HeaderMap::new();
+    if failure == Failure::Call {
+        trailers.insert(
+            "grpc-trailer-content-type",
+            HeaderValue::from_static("application/grpc"),
+        );
+    }
+    let has_trailers = !trailers.is_empty();
+    let frames = [
+        Ok::<_, std::convert::Infallible>(http_body::Frame::data(bytes::Bytes::from(body))),
+        Ok(http_body::Frame::trailers(trailers)),
+    ];
+    let body = Body::new(http_body_util::StreamBody::new(tokio_stream::iter(frames)));
+    let mut response = json_response(http_status(code), body, false);
+    if has_trailers {
+        response
+            .headers_mut()
+            .insert(header::TRAILER, HeaderValue::from_static("Grpc-Trailer-Content-Type"));
+    }
+    response
+}
+
+/// The answer to a stream whose call failed before its first message:
+/// the error's status, and the error as the stream's one chunk.
+pub fn stream_failed(code: Code, message: &str) -> Response {
+    let chunk = bytes::Bytes::from(stream_error_chunk(code, message));
+    let body = Body::from_stream(tokio_stream::iter([Ok::<_, std::convert::Infallible>(chunk)]));
+    json_response(http_status(code), body, false)
 }
 
 /// Go's `http.Error`: `text` and a newline, as plain text.

@@ -51,7 +51,7 @@ use prost::Message;
 use prost_reflect::MessageDescriptor;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::Code;
+use tonic::{Code, Status};
 
 use crate::api::gateway::call::Call;
 use crate::api::gateway::gojson::Next;
@@ -141,11 +141,12 @@ impl Gateway {
     }
 }
 
-/// The gateway's routes: every path under `/v3/` and `/v3beta/`.
+/// The gateway's routes: every path under `/v3/` (the client port's
+/// front has rewritten `/v3beta/` to it: `api::access`).
 pub fn routes(gateway: Arc<Gateway>) -> Router {
     Router::new()
+        .route("/v3/", any(serve))
         .route("/v3/{*rest}", any(serve))
-        .route("/v3beta/{*rest}", any(serve))
         .with_state(gateway)
 }
 
@@ -157,46 +158,83 @@ fn too_large(size: usize, limit: usize) -> (Code, String) {
     )
 }
 
+/// How one request is answered, from its headers.
+#[derive(Clone, Copy)]
+struct Manner {
+    /// `TE: trailers`: errors are sent chunked, with trailers.
+    wants_trailers: bool,
+    /// HTTP/1.x: as etcd's Go server, a stream answers only once its
+    /// request body has ended (or [`HALF_DUPLEX_READ_BYTES`] of it were
+    /// read), since Go's HTTP/1 server reads the rest of a body before it
+    /// writes an answer's head. HTTP/2 streams are full duplex.
+    half_duplex: bool,
+}
+
+/// What Go's HTTP/1 server reads of a request body, at most, before it
+/// writes an answer (`maxPostHandlerReadBytes`).
+const HALF_DUPLEX_READ_BYTES: usize = 256 << 10;
+
 async fn serve(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
-    let path = request.uri().path();
-    let path = match path.strip_prefix("/v3beta/") {
-        Some(rest) => format!("/v3/{rest}"),
-        None => path.to_string(),
-    };
-    let Some(route) = ROUTES.get(path.as_str()) else {
+    let Some(route) = ROUTES.get(request.uri().path()) else {
         return errors::plain(StatusCode::NOT_FOUND, "Not Found");
     };
-    if request.method() != Method::POST {
+    let headers = request.headers();
+    let manner = Manner {
+        wants_trailers: headers
+            .get(axum::http::header::TE)
+            .and_then(|te| te.to_str().ok())
+            .is_some_and(|te| te.to_ascii_lowercase().contains("trailers")),
+        half_duplex: request.version() < axum::http::Version::HTTP_2,
+    };
+    let fail =
+        |code: Code, message: &str| errors::call_failed(code, message, errors::Failure::Request, manner.wants_trailers);
+    // grpc-gateway's method override: a form POST may say it is another
+    // method; as a POST it is read as a form, which leaves no body.
+    let form = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes() == b"application/x-www-form-urlencoded");
+    let overridden = headers
+        .get("x-http-method-override")
+        .filter(|_| form && request.method() == Method::POST)
+        .map(|method| method.to_str().unwrap_or_default().to_ascii_uppercase());
+    let method = overridden.clone().unwrap_or_else(|| request.method().to_string());
+    if method != "POST" {
         return errors::plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
     }
-    let metadata = call::outgoing_metadata(request.headers());
-    let deadline = request
-        .headers()
-        .get("grpc-timeout")
-        .and_then(|value| value.to_str().ok())
-        .and_then(call::parse_timeout);
+    let metadata = call::outgoing_metadata(headers);
+    let deadline = match headers.get("grpc-timeout") {
+        None => None,
+        Some(value) => match value.to_str().ok().and_then(call::parse_timeout) {
+            Some(deadline) => Some(deadline),
+            None => {
+                let text = String::from_utf8_lossy(value.as_bytes()).to_string();
+                return fail(Code::InvalidArgument, &format!("invalid grpc-timeout: {text}"));
+            }
+        },
+    };
     let connection = request.extensions().get::<ConnectionStreams>().cloned();
-    let body = request.into_body();
+    let body = if overridden.is_some() {
+        Body::empty()
+    } else {
+        request.into_body()
+    };
     let streaming = route.rule.client_streaming || route.rule.server_streaming;
     let permits = if streaming {
         match take_stream_permits(&gateway, connection) {
             Some(permits) => Some(permits),
-            None => {
-                let message = "etcdserver: too many open gateway streams";
-                return errors::call_failed(Code::ResourceExhausted, message, &HeaderMap::new());
-            }
+            None => return fail(Code::ResourceExhausted, "etcdserver: too many open gateway streams"),
         }
     } else {
         None
     };
     if route.rule.client_streaming {
-        return serve_bidi(&gateway, route, metadata, body, permits).await;
+        return serve_bidi(&gateway, route, metadata, body, permits, manner).await;
     }
-    let unary = serve_unary(&gateway, route, metadata, body, permits);
+    let unary = serve_unary(&gateway, route, metadata, body, permits, manner);
     match deadline {
-        Some(deadline) => tokio::time::timeout(deadline, unary).await.unwrap_or_else(|_| {
-            errors::call_failed(Code::DeadlineExceeded, "context deadline exceeded", &HeaderMap::new())
-        }),
+        Some(deadline) => tokio::time::timeout(deadline, unary)
+            .await
+            .unwrap_or_else(|_| fail(Code::DeadlineExceeded, "context deadline exceeded")),
         None => unary.await,
     }
 }
@@ -215,48 +253,47 @@ async fn serve_unary(
     metadata: HeaderMap,
     body: Body,
     permits: Option<[OwnedSemaphorePermit; 2]>,
+    manner: Manner,
 ) -> Response {
+    let fail = |code: Code, message: &str, failure| errors::call_failed(code, message, failure, manner.wants_trailers);
     let mut reader = BodyReader::new(body, gateway.body_max);
     // etcd's gateway reads the whole body, then its first value; the
     // rest is ignored, and an empty body is an empty request.
     let message = match reader.read_to_end().await {
-        Err((code, message)) => return errors::call_failed(code, &message, &HeaderMap::new()),
+        Err((code, message)) => return fail(code, &message, errors::Failure::Request),
         Ok(()) => match reader.next_message(&route.input) {
             Ok(Some(message)) => message,
             Ok(None) => Vec::new(),
-            Err(message) => return errors::call_failed(Code::InvalidArgument, &message, &HeaderMap::new()),
+            Err(message) => return fail(Code::InvalidArgument, &message, errors::Failure::Request),
         },
     };
     if message.len() > gateway.message_max {
         let (code, text) = too_large(message.len(), gateway.message_max);
-        return errors::call_failed(code, &text, &HeaderMap::new());
+        return fail(code, &text, errors::Failure::Call);
     }
     let requests = Body::from(call::frame(&message));
-    let call = match call::start(&gateway.grpc, route.rule.grpc_path, metadata, requests).await {
-        Ok(call) => call,
-        Err((status, headers)) => return errors::call_failed(status.code(), status.message(), &headers),
-    };
+    let call = call::start(&gateway.grpc, route.rule.grpc_path, metadata, requests).await;
     if route.rule.server_streaming {
         return answer_stream(route, call, permits).await;
     }
-    answer_unary(route, call).await
-}
-
-async fn answer_unary(route: &Route, mut call: Call) -> Response {
+    let mut call = match call {
+        Ok(call) => call,
+        Err(status) => return fail(status.code(), status.message(), errors::Failure::Call),
+    };
     let message = match call.next().await {
         Some(Ok(message)) => message,
-        Some(Err(status)) => return errors::call_failed(status.code(), status.message(), &call.headers),
-        None => return errors::call_failed(Code::Internal, "empty response", &call.headers),
+        Some(Err(status)) => return fail(status.code(), status.message(), errors::Failure::Call),
+        None => return fail(Code::Internal, "empty response", errors::Failure::Call),
     };
     // The status comes after the message.
     if let Some(Err(status)) = call.next().await {
-        return errors::call_failed(status.code(), status.message(), &call.headers);
+        return fail(status.code(), status.message(), errors::Failure::Call);
     }
     let mut out = Vec::with_capacity(message.len() * 2);
     if let Err(error) = json::encode(&route.output, &message, &mut out) {
-        return errors::call_failed(Code::Internal, &error.to_string(), &call.headers);
+        return fail(Code::Internal, &error.to_string(), errors::Failure::Call);
     }
-    errors::json_response(StatusCode::OK, Body::from(out), &call.headers)
+    errors::json_response(StatusCode::OK, Body::from(out), true)
 }
 
 /// A stream that takes requests: the first value of the body is read
@@ -268,15 +305,19 @@ async fn serve_bidi(
     metadata: HeaderMap,
     body: Body,
     permits: Option<[OwnedSemaphorePermit; 2]>,
+    manner: Manner,
 ) -> Response {
     let mut reader = BodyReader::new(body, gateway.body_max);
     let first = match reader.next_streamed(&route.input).await {
         Ok(first) => first,
         // etcd's gateway returns the decoder's error as it is, which
         // gRPC's status mapping makes Unknown.
-        Err(message) => return errors::call_failed(Code::Unknown, &message, &HeaderMap::new()),
+        Err(message) => {
+            return errors::call_failed(Code::Unknown, &message, errors::Failure::Request, manner.wants_trailers)
+        }
     };
     let (requests, queued) = mpsc::channel::<Result<Bytes, std::convert::Infallible>>(STREAM_REQUESTS_QUEUED);
+    let (read, body_read) = tokio::sync::oneshot::channel::<()>();
     if let Some(first) = first {
         let _ = requests.send(Ok(call::frame(&first))).await;
         let input = route.input.clone();
@@ -284,33 +325,47 @@ async fn serve_bidi(
             // Later values go on until the body ends or one is bad; either
             // way the call's sending side closes, as etcd's gateway
             // closes it.
+            let mut read = Some(read);
             while let Ok(Some(message)) = reader.next_streamed(&input).await {
+                if reader.taken >= HALF_DUPLEX_READ_BYTES {
+                    read.take().map(|read| read.send(()));
+                }
                 if requests.send(Ok(call::frame(&message))).await.is_err() {
                     return;
                 }
             }
         });
     } else {
-        drop(requests);
+        drop((requests, read));
     }
     let requests = Body::from_stream(ReceiverStream::new(queued));
-    match call::start(&gateway.grpc, route.rule.grpc_path, metadata, requests).await {
-        Ok(call) => answer_stream(route, call, permits).await,
-        Err((status, headers)) => errors::call_failed(status.code(), status.message(), &headers),
+    let call = call::start(&gateway.grpc, route.rule.grpc_path, metadata, requests).await;
+    if manner.half_duplex {
+        // Ends (Err) when the body has ended, or when enough was read.
+        let _ = body_read.await;
     }
+    answer_stream(route, call, permits).await
 }
 
 /// A stream's answers: headers once the first message (or the end) is
 /// there, as Go writes them on the first write; then each message as
-/// `{"result":…}` and a newline, and a failure as a last error chunk.
-async fn answer_stream(route: &Route, mut call: Call, permits: Option<[OwnedSemaphorePermit; 2]>) -> Response {
-    let first = call.next().await;
-    let status = match &first {
-        Some(Err(status)) => errors::http_status(status.code()),
-        _ => StatusCode::OK,
+/// `{"result":…}` and a newline, and a failure as a last error chunk
+/// (alone, with the failure's status, if it came first).
+async fn answer_stream(
+    route: &Route,
+    call: Result<Call, Status>,
+    permits: Option<[OwnedSemaphorePermit; 2]>,
+) -> Response {
+    let mut call = match call {
+        Ok(call) => call,
+        Err(status) => return errors::stream_failed(status.code(), status.message()),
+    };
+    let first = match call.next().await {
+        Some(Err(status)) => return errors::stream_failed(status.code(), status.message()),
+        first => first,
     };
     let (chunks, body) = mpsc::channel::<Result<Bytes, std::convert::Infallible>>(STREAM_CHUNKS_QUEUED);
-    let headers = std::mem::take(&mut call.headers);
+    let had_message = first.is_some();
     let output = route.output.clone();
     tokio::spawn(async move {
         let _permits = permits;
@@ -326,7 +381,11 @@ async fn answer_stream(route: &Route, mut call: Call, permits: Option<[OwnedSema
             next = call.next().await;
         }
     });
-    errors::json_response(status, Body::from_stream(ReceiverStream::new(body)), &headers)
+    errors::json_response(
+        StatusCode::OK,
+        Body::from_stream(ReceiverStream::new(body)),
+        had_message,
+    )
 }
 
 /// `{"result":<message>}` and a newline.
@@ -350,6 +409,8 @@ struct BodyReader {
     buffer: BytesMut,
     ended: bool,
     limit: usize,
+    /// Bytes read from the body so far.
+    taken: usize,
 }
 
 impl BodyReader {
@@ -359,6 +420,7 @@ impl BodyReader {
             buffer: BytesMut::new(),
             ended: false,
             limit,
+            taken: 0,
         }
     }
 
@@ -368,6 +430,7 @@ impl BodyReader {
         match self.body.frame().await {
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
+                    self.taken += data.len();
                     self.buffer.extend_from_slice(&data);
                 }
                 if self.buffer.len() > self.limit {
