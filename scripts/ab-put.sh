@@ -8,7 +8,8 @@
 # RSS after the puts and the members' context switches per put, for
 # every run. MEMBER_CPUS and TOOL_CPUS pin them (see compare-etcd.sh);
 # RATE=N puts open-loop at N/s (the tool's --rate); CLIENTS=N changes
-# the 1000 clients (over at most 100 connections).
+# the 1000 clients (over at most 100 connections). RANGE=l or RANGE=s runs
+# single-key ranges (linearizable or serializable) instead of puts.
 #   scripts/ab-put.sh A_BIN B_BIN [TOTAL] [ROUNDS]   (default 100000, 5)
 # For what metrics cost: B built with `cargo build --release -p kv-server
 # --no-default-features` (into another target dir). Needs etcd's
@@ -33,8 +34,10 @@ run() {  # label binary
     local dir="$work/run"
     rm -rf "$dir"
     scripts/local-cluster.sh start "$2" "$dir"
+    local load=(put --key-size=8 --sequential-keys --val-size=256)
+    [ -z "${RANGE:-}" ] || load=(range foo --consistency="$RANGE")
     bench "$dir" --endpoints=$endpoints --target-leader --conns=$((clients < 100 ? clients : 100)) --clients=$clients \
-        put --key-size=8 --sequential-keys --val-size=256 --total="$total" ${RATE:+--rate="$RATE"}
+        "${load[@]}" --total="$total" ${RATE:+--rate="$RATE"}
     rss=$(($(max_rss_kb "$dir") / 1024))
     scripts/local-cluster.sh stop "$dir"
     bench_figures "$1" "$total"
@@ -42,7 +45,7 @@ run() {  # label binary
         "$(awk -v s="$SWITCHES" -v n="$total" 'BEGIN { printf "%.2f", s / n }')"
 }
 
-printf 'put, %s clients, %s requests per run, 3 members on loopback, %s, %s cores\n' "$clients" "$total" "$(date -u +%F)" "$(nproc)"
+printf '%s, %s clients, %s requests per run, 3 members on loopback, %s, %s cores\n' "$([ -n "${RANGE:-}" ] && echo "range --consistency=$RANGE" || echo put)" "$clients" "$total" "$(date -u +%F)" "$(nproc)"
 printf 'A: %s\nB: %s\n' "$a" "$b"
 printf '%-6s %-3s %12s %10s %10s %12s %8s %8s\n' round run requests/s "avg (s)" "p99 (s)" "members us" "RSS MB" cs/put
 for round in $(seq 1 "$rounds"); do
