@@ -193,6 +193,16 @@ impl Scanner {
                 }
                 Op::End
             }
+            State::InString | State::InStringEsc | State::InStringEscU(_) => self.in_string(c),
+            State::Literal(rest, word) => self.in_literal(c, rest, word),
+            State::Error => Op::Error,
+            _ => self.in_number(c),
+        }
+    }
+
+    /// A byte inside a string, its escapes included.
+    fn in_string(&mut self, c: u8) -> Op {
+        match self.step {
             State::InString => match c {
                 b'"' => {
                     self.step = State::EndValue;
@@ -216,85 +226,55 @@ impl Scanner {
                 }
                 _ => self.error(c, "in string escape code"),
             },
-            State::InStringEscU(seen) => {
-                if c.is_ascii_hexdigit() {
-                    self.step = if seen == 3 {
-                        State::InString
-                    } else {
-                        State::InStringEscU(seen + 1)
-                    };
-                    Op::Continue
+            State::InStringEscU(seen) if c.is_ascii_hexdigit() => {
+                self.step = if seen == 3 {
+                    State::InString
                 } else {
-                    self.error(c, "in \\u hexadecimal character escape")
-                }
-            }
-            State::Neg => match c {
-                b'0' => {
-                    self.step = State::Zero;
-                    Op::Continue
-                }
-                b'1'..=b'9' => {
-                    self.step = State::One;
-                    Op::Continue
-                }
-                _ => self.error(c, "in numeric literal"),
-            },
-            State::One if c.is_ascii_digit() => Op::Continue,
-            State::One | State::Zero => match c {
-                b'.' => {
-                    self.step = State::Dot;
-                    Op::Continue
-                }
-                b'e' | b'E' => {
-                    self.step = State::E;
-                    Op::Continue
-                }
-                _ => self.end_value(c),
-            },
-            State::Dot => {
-                if c.is_ascii_digit() {
-                    self.step = State::Dot0;
-                    Op::Continue
-                } else {
-                    self.error(c, "after decimal point in numeric literal")
-                }
-            }
-            State::Dot0 => match c {
-                b'0'..=b'9' => Op::Continue,
-                b'e' | b'E' => {
-                    self.step = State::E;
-                    Op::Continue
-                }
-                _ => self.end_value(c),
-            },
-            State::E if c == b'+' || c == b'-' => {
-                self.step = State::ESign;
+                    State::InStringEscU(seen + 1)
+                };
                 Op::Continue
             }
-            State::E | State::ESign => {
-                if c.is_ascii_digit() {
-                    self.step = State::E0;
-                    Op::Continue
-                } else {
-                    self.error(c, "in exponent of numeric literal")
-                }
-            }
-            State::E0 if c.is_ascii_digit() => Op::Continue,
-            State::E0 => self.end_value(c),
-            State::Literal(rest, word) => {
-                if c == rest[0] {
-                    self.step = if rest.len() == 1 {
-                        State::EndValue
-                    } else {
-                        State::Literal(&rest[1..], word)
-                    };
-                    Op::Continue
-                } else {
-                    let context = format!("in literal {word} (expecting '{}')", char::from(rest[0]));
-                    self.error(c, &context)
-                }
-            }
-            State::Error => Op::Error,
+            _ => self.error(c, "in \\u hexadecimal character escape"),
+        }
+    }
+
+    /// A byte inside a number.
+    fn in_number(&mut self, c: u8) -> Op {
+        let (next, error) = match (self.step, c) {
+            (State::Neg, b'0') => (State::Zero, ""),
+            (State::Neg, b'1'..=b'9') => (State::One, ""),
+            (State::Neg, _) => (State::Error, "in numeric literal"),
+            (State::One, b'0'..=b'9') => (State::One, ""),
+            (State::One | State::Zero, b'.') => (State::Dot, ""),
+            (State::One | State::Zero | State::Dot0, b'e' | b'E') => (State::E, ""),
+            (State::Dot, b'0'..=b'9') => (State::Dot0, ""),
+            (State::Dot, _) => (State::Error, "after decimal point in numeric literal"),
+            (State::Dot0, b'0'..=b'9') => (State::Dot0, ""),
+            (State::E, b'+' | b'-') => (State::ESign, ""),
+            (State::E | State::ESign | State::E0, b'0'..=b'9') => (State::E0, ""),
+            (State::E | State::ESign, _) => (State::Error, "in exponent of numeric literal"),
+            // The number ended before this byte.
+            _ => return self.end_value(c),
+        };
+        if next == State::Error {
+            return self.error(c, error);
+        }
+        self.step = next;
+        Op::Continue
+    }
+
+    /// A byte inside `true`, `false` or `null`, of which `rest` is left.
+    fn in_literal(&mut self, c: u8, rest: &'static [u8], word: &'static str) -> Op {
+        if c == rest[0] {
+            self.step = if rest.len() == 1 {
+                State::EndValue
+            } else {
+                State::Literal(&rest[1..], word)
+            };
+            Op::Continue
+        } else {
+            let context = format!("in literal {word} (expecting '{}')", char::from(rest[0]));
+            self.error(c, &context)
         }
     }
 
@@ -516,44 +496,8 @@ impl<'a> Parser<'a> {
         self.skip_space();
         let start = self.at;
         let value = match self.text[self.at] {
-            b'{' => {
-                self.at += 1;
-                let mut members = Vec::new();
-                loop {
-                    self.skip_space();
-                    if self.text[self.at] == b'}' {
-                        self.at += 1;
-                        break;
-                    }
-                    if self.text[self.at] == b',' {
-                        self.at += 1;
-                        self.skip_space();
-                    }
-                    let key_start = self.at;
-                    self.skip_string();
-                    let key = unquote(&self.text[key_start..self.at]);
-                    self.skip_space();
-                    self.at += 1; // ':'
-                    members.push((key, self.value()));
-                }
-                Value::Object(members)
-            }
-            b'[' => {
-                self.at += 1;
-                let mut items = Vec::new();
-                loop {
-                    self.skip_space();
-                    match self.text[self.at] {
-                        b']' => {
-                            self.at += 1;
-                            break;
-                        }
-                        b',' => self.at += 1,
-                        _ => items.push(self.value()),
-                    }
-                }
-                Value::Array(items)
-            }
+            b'{' => self.object(),
+            b'[' => self.array(),
             b'"' => {
                 self.skip_string();
                 Value::String(&self.text[start..self.at])
@@ -582,6 +526,46 @@ impl<'a> Parser<'a> {
         Json {
             raw: &self.text[start..self.at],
             value,
+        }
+    }
+
+    /// An object, from its opening brace.
+    fn object(&mut self) -> Value<'a> {
+        self.at += 1;
+        let mut members = Vec::new();
+        loop {
+            self.skip_space();
+            if self.text[self.at] == b'}' {
+                self.at += 1;
+                return Value::Object(members);
+            }
+            if self.text[self.at] == b',' {
+                self.at += 1;
+                self.skip_space();
+            }
+            let key_start = self.at;
+            self.skip_string();
+            let key = unquote(&self.text[key_start..self.at]);
+            self.skip_space();
+            self.at += 1; // ':'
+            members.push((key, self.value()));
+        }
+    }
+
+    /// An array, from its opening bracket.
+    fn array(&mut self) -> Value<'a> {
+        self.at += 1;
+        let mut items = Vec::new();
+        loop {
+            self.skip_space();
+            match self.text[self.at] {
+                b']' => {
+                    self.at += 1;
+                    return Value::Array(items);
+                }
+                b',' => self.at += 1,
+                _ => items.push(self.value()),
+            }
         }
     }
 

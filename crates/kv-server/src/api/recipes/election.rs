@@ -241,7 +241,7 @@ async fn observe(client: &Client, prefix: &[u8], out: &Observed) {
             }
         };
         let leader = epb::LeaderResponse {
-            header: Some(header.clone()),
+            header: Some(header),
             kv: Some(kv.clone()),
         };
         if out.send(Ok(leader)).await.is_err() {
@@ -256,9 +256,9 @@ async fn observe(client: &Client, prefix: &[u8], out: &Observed) {
                 if event.r#type == mvccpb::event::EventType::Delete as i32 {
                     break 'leader;
                 }
-                header = response.header.clone().unwrap_or_default();
+                header = response.header.unwrap_or_default();
                 let update = epb::LeaderResponse {
-                    header: Some(header.clone()),
+                    header: Some(header),
                     kv: event.kv,
                 };
                 if out.send(Ok(update)).await.is_err() {
