@@ -8,10 +8,16 @@
 //! - A gateway watch left unread while 100 MiB is written costs its member
 //!   a bounded amount of memory, as a stalled gRPC watch does, and
 //!   delivers every event once read.
+//! - The gateway is served where etcd serves it: on TLS client URLs (over
+//!   HTTP/1.1 and, by ALPN, HTTP/2) and as plain HTTP/2 beside gRPC; with
+//!   `--client-cert-auth` and auth on, a request showing a certificate
+//!   with a common name gets etcd's refusal, on etcd and kv-server alike;
+//!   `--enable-grpc-gateway=false` turns it off and gRPC goes on.
 //!
 //! Method: real kv-server members on loopback; the load is etcd's
 //! benchmark tool at a fixed rate; the gRPC watch is etcdctl's (`-w json`);
-//! the gateway is spoken on plain sockets (`common::gateway`).
+//! the gateway is spoken on plain sockets (`common::gateway`), and through
+//! curl for TLS and HTTP/2.
 
 mod common;
 
@@ -326,4 +332,104 @@ fn base64_of(text: &str) -> String {
         }
     }
     out
+}
+
+/// curl's answer to a gateway POST of `body` to `url`: the HTTP version
+/// it spoke, the status, and the body.
+fn curl(url: &str, body: &str, flags: &[&str]) -> (String, u16, String) {
+    let output = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-X",
+            "POST",
+            "-d",
+            body,
+            "-w",
+            "\n%{http_version} %{http_code}",
+        ])
+        .args(flags)
+        .arg(url)
+        .output()
+        .expect("curl is needed for the TLS and HTTP/2 checks");
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    let (answer, last) = text.rsplit_once('\n').expect("curl's trailer line");
+    let (version, status) = last.split_once(' ').expect("version and status");
+    (version.to_string(), status.parse().unwrap_or(0), answer.to_string())
+}
+
+const PUT: &str = r#"{"key":"Z3cvdGxz","value":"dGxz"}"#;
+const RANGE: &str = r#"{"key":"Z3cvdGxz"}"#;
+
+#[test]
+fn the_gateway_is_served_on_tls_and_http2_and_can_be_turned_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = common::certs::Certs::generate(&dir.path().join("certs"), &["root"]);
+    let root = certs.client("root");
+    let tls_flags = [
+        "--cacert".to_string(),
+        certs.ca.display().to_string(),
+        "--cert".to_string(),
+        root.cert.display().to_string(),
+        "--key".to_string(),
+        root.key.display().to_string(),
+    ];
+    let tls_flags: Vec<&str> = tls_flags.iter().map(String::as_str).collect();
+    let mut refusals = Vec::new();
+    for (name, binary, base) in [
+        ("etcd", common::etcd_tool("ETCD_BIN", "etcd"), 16979),
+        ("kv-server", common::kv_server(), 17079),
+    ] {
+        let cluster_dir = dir.path().join(name);
+        std::fs::create_dir_all(&cluster_dir).expect("data dir");
+        let cluster = common::Cluster::start_tls(&binary, &cluster_dir, base, &certs, "root", &[]);
+        let url = |path: &str| format!("https://127.0.0.1:{}{path}", cluster.members[0].client_port);
+        if name == "kv-server" {
+            let mut http1 = tls_flags.clone();
+            http1.push("--http1.1");
+            let (version, status, answer) = curl(&url("/v3/kv/put"), PUT, &http1);
+            assert_eq!((version.as_str(), status), ("1.1", 200), "{answer}");
+            let mut http2 = tls_flags.clone();
+            http2.push("--http2");
+            let (version, status, answer) = curl(&url("/v3/kv/range"), RANGE, &http2);
+            assert_eq!((version.as_str(), status), ("2", 200), "{answer}");
+            assert!(answer.contains(r#""value":"dGxz""#), "{answer}");
+        }
+        // Auth on: the client certificate names "root", which the gateway
+        // cannot act as; etcd says so.
+        let flags = certs.client_flags(root);
+        let (ok, said) = common::etcdctl_as(&cluster.members[0].endpoint(), &flags, &["user", "add", "root:pw"]);
+        assert!(ok, "{name}: {said}");
+        let (ok, said) = common::etcdctl_as(&cluster.members[0].endpoint(), &flags, &["auth", "enable"]);
+        assert!(ok, "{name}: {said}");
+        refusals.push(curl(&url("/v3/kv/range"), RANGE, &tls_flags));
+    }
+    assert_eq!(refusals[0].1, 400, "{:?}", refusals[0]);
+    assert_eq!(refusals[1], refusals[0], "kv-server refuses as etcd does");
+
+    let plain = common::Cluster::start_members(&common::kv_server(), &dir.path().join("plain"), 17179, 1, &[]);
+    let url = format!("http://127.0.0.1:{}/v3/kv/put", plain.members[0].client_port);
+    let (version, status, answer) = curl(&url, PUT, &["--http2-prior-knowledge"]);
+    assert_eq!(
+        (version.as_str(), status),
+        ("2", 200),
+        "JSON over plain HTTP/2: {answer}"
+    );
+
+    let off = common::Cluster::start_members(
+        &common::kv_server(),
+        &dir.path().join("off"),
+        17279,
+        1,
+        &["--enable-grpc-gateway=false"],
+    );
+    let port = off.members[0].client_port;
+    let answer = gateway::post(port, "/v3/kv/put", PUT);
+    assert_eq!(
+        (answer.status, answer.text()),
+        (404, "404 page not found\n".to_string())
+    );
+    let put = common::etcdctl(&off.members[0].endpoint(), &["put", "gw/off", "grpc"]);
+    assert!(put.status.success(), "gRPC goes on: {}", common::text(&put));
 }
