@@ -19,8 +19,14 @@
 //! messages are facts of the format clients see, so they are kept one for
 //! one.
 
-/// Go's bound on nesting (`maxNestingDepth`).
-const NESTING_MAX: usize = 10_000;
+/// The deepest nesting of objects and arrays read. Go's decoder allows
+/// 10,000 (`maxNestingDepth`) on its growable stacks; this reader and
+/// the mapping to messages recurse once per level on a worker thread's
+/// fixed stack, so the bound is lower: 512 levels is past any message
+/// etcd takes (prost refuses messages nested deeper than 100, and JSON
+/// nests a message in at most three levels) and a few hundred KiB of
+/// stack. Deeper input gets Go's own error at its bound.
+pub const NESTING_MAX: usize = 512;
 
 /// What one byte did to the scan.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -981,6 +987,18 @@ mod tests {
             assert_eq!(check_valid(text.as_bytes()).unwrap_err(), *want, "{text:?}");
         }
         assert!(check_valid(b" {\"a\": [1, -2.5e+3, true, null, \"x\"]} ").is_ok());
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let deep = "[".repeat(NESTING_MAX + 1) + &"]".repeat(NESTING_MAX + 1);
+        assert_eq!(
+            check_valid(deep.as_bytes()).unwrap_err(),
+            "invalid character '[' exceeded max depth"
+        );
+        let fits = "[".repeat(NESTING_MAX) + &"]".repeat(NESTING_MAX);
+        assert!(check_valid(fits.as_bytes()).is_ok());
+        assert_eq!(parse(fits.as_bytes()).kind(), "array");
     }
 
     #[test]

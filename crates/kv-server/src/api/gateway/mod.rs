@@ -76,7 +76,10 @@ pub const GATEWAY_STREAMS_PER_CONNECTION: usize = 64;
 /// a few suffice; more would only hold more memory for a slow reader.
 pub const STREAM_CHUNKS_QUEUED: usize = 4;
 
-/// A stream's requests decoded and waiting for the call to take them.
+/// A stream's requests decoded and waiting for the call to take them. The
+/// call takes each as it comes (a watch stream handles its requests one
+/// by one without waiting on the client), so this only smooths a body
+/// that carries several at once; past it, reading the body waits.
 const STREAM_REQUESTS_QUEUED: usize = 16;
 
 /// The largest request body, or value of a stream's body, taken:
