@@ -50,6 +50,10 @@ pub struct Global {
     /// connection per client; --conns is not used) instead of gRPC.
     #[arg(long, global = true)]
     pub gateway: bool,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
+    pub auth: AuthArgs,
     /// Print the report's figures in full, not to four decimals (etcd's
     /// tool's `--precise`).
     #[arg(long, global = true)]
@@ -122,9 +126,10 @@ pub struct WatchersArgs {
     /// Watchers created on each stream.
     #[arg(long, default_value_t = 100)]
     pub watch_per_stream: usize,
-    /// Key watched; empty (the default) watches every key.
+    /// Key watched; empty (the default) watches every key. (Not `--key`,
+    /// which names the TLS key, as in etcd's tool.)
     #[arg(long, default_value = "")]
-    pub key: String,
+    pub watched_key: String,
     /// End of the watched range (empty: the key alone, or every key when
     /// --key is empty too).
     #[arg(long, default_value = "")]
@@ -270,25 +275,36 @@ pub struct SweepArgs {
     /// Also draw QPS and p99 against clients to this SVG file.
     #[arg(long)]
     pub svg: Option<PathBuf>,
-    #[command(flatten)]
-    pub tls: TlsArgs,
 }
 
-/// etcd's benchmark tool's TLS flags, for `https://` URLs. Only sweep's
-/// metrics scrape dials TLS so far: gRPC endpoints are plain text. (They
-/// are not global because `watchers` has its own `--key`.)
+/// etcd's benchmark tool's TLS flags: with `--cacert`, every endpoint is
+/// dialled over TLS (`dial.rs`), and sweep's `https://` metrics URLs too.
 #[derive(Debug, Clone, Default, Args)]
 pub struct TlsArgs {
-    /// Verify the certificates of HTTPS servers with this CA bundle (PEM).
-    #[arg(long)]
+    /// Verify the servers' certificates with this CA bundle (PEM), and
+    /// dial every endpoint over TLS.
+    #[arg(long, global = true)]
     pub cacert: Option<PathBuf>,
-    /// Identify to HTTPS servers with this TLS certificate file (PEM;
-    /// needs --key).
-    #[arg(long)]
+    /// Identify to the servers with this TLS certificate file (PEM; needs
+    /// --key).
+    #[arg(long, global = true)]
     pub cert: Option<PathBuf>,
-    /// The private key of --cert (PEM).
-    #[arg(long)]
+    /// The private key of --cert (PEM). (Its id is its own: `range`
+    /// takes a positional key.)
+    #[arg(long = "key", id = "tls_key", global = true)]
     pub key: Option<PathBuf>,
+}
+
+/// etcd's benchmark tool's auth flags: every request is made as this
+/// user, after one login (`dial.rs`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct AuthArgs {
+    /// `NAME[:PASSWORD]` to make requests as.
+    #[arg(long, global = true)]
+    pub user: Option<String>,
+    /// The password of --user, when --user names none.
+    #[arg(long, global = true)]
+    pub password: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -421,28 +437,29 @@ mod tests {
             "--key",
             "client-key.pem",
         ]);
+        assert_eq!(cli.global.tls.cacert, Some(PathBuf::from("ca.pem")));
+        assert_eq!(cli.global.tls.cert, Some(PathBuf::from("client.pem")));
+        assert_eq!(cli.global.tls.key, Some(PathBuf::from("client-key.pem")));
         match cli.command {
-            Command::Sweep(sweep) => {
-                assert_eq!(
-                    sweep.metrics_urls,
-                    vec!["https://127.0.0.1:2379/metrics", "127.0.0.1:22379"]
-                );
-                assert_eq!(sweep.tls.cacert, Some(PathBuf::from("ca.pem")));
-                assert_eq!(sweep.tls.cert, Some(PathBuf::from("client.pem")));
-                assert_eq!(sweep.tls.key, Some(PathBuf::from("client-key.pem")));
-            }
+            Command::Sweep(sweep) => assert_eq!(
+                sweep.metrics_urls,
+                vec!["https://127.0.0.1:2379/metrics", "127.0.0.1:22379"]
+            ),
             other => panic!("{other:?}"),
         }
-        match parse(&["loadgen", "watchers", "--key", "foo"]).command {
-            Command::Watchers(watchers) => assert_eq!(watchers.key, "foo"),
+        let watchers = parse(&["loadgen", "watchers", "--watched-key", "foo", "--key", "k.pem"]);
+        assert_eq!(watchers.global.tls.key, Some(PathBuf::from("k.pem")));
+        match watchers.command {
+            Command::Watchers(watchers) => assert_eq!(watchers.watched_key, "foo"),
             other => panic!("{other:?}"),
         }
-        match parse(&["loadgen", "sweep"]).command {
-            Command::Sweep(sweep) => {
-                assert!(sweep.metrics_urls.is_empty());
-                assert_eq!((sweep.tls.cacert, sweep.tls.cert, sweep.tls.key), (None, None, None));
-            }
-            other => panic!("{other:?}"),
-        }
+        let put = parse(&["loadgen", "put", "--user", "root:pw", "--cacert", "ca.pem"]);
+        assert_eq!(put.global.auth.user.as_deref(), Some("root:pw"));
+        assert_eq!(put.global.tls.cacert, Some(PathBuf::from("ca.pem")));
+        let sweep = parse(&["loadgen", "sweep"]);
+        assert_eq!(
+            (sweep.global.tls.cacert, sweep.global.tls.cert, sweep.global.tls.key),
+            (None, None, None)
+        );
     }
 }

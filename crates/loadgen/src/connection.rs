@@ -42,10 +42,7 @@ impl Connection {
             .trim_start_matches("https://")
             .trim_end_matches('/');
         let connected = async {
-            let stream = tokio::net::TcpStream::connect(address)
-                .await
-                .map_err(|e| e.to_string())?;
-            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+            let stream = crate::dial::connect(address, b"h2").await.map_err(|e| e.to_string())?;
             let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
                 .handshake(TokioIo::new(Corked::new(stream)))
                 .await
@@ -78,7 +75,7 @@ impl tower_service::Service<http::Request<Body>> for Connection {
     fn call(&mut self, request: http::Request<Body>) -> ResponseFuture {
         match self {
             Connection::Open(sender) => {
-                let response = sender.send_request(request);
+                let response = sender.send_request(crate::dial::with_token(request));
                 Box::pin(async move { response.await.map_err(Into::into) })
             }
             Connection::Failed(error) => {

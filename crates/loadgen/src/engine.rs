@@ -21,7 +21,6 @@ use etcd_proto::etcdserverpb::cluster_client::ClusterClient;
 use etcd_proto::etcdserverpb::kv_client::KvClient;
 use etcd_proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use parking_lot::Mutex;
-use tonic::transport::{Channel, Endpoint};
 
 use crate::connection::Connection;
 use crate::gateway;
@@ -64,14 +63,8 @@ pub fn endpoint_url(endpoint: &str) -> String {
     }
 }
 
-async fn connect(endpoint: &str) -> Result<Channel, String> {
-    Endpoint::from_shared(endpoint_url(endpoint))
-        .map_err(|e| format!("{endpoint}: {e}"))?
-        .tcp_nodelay(true)
-        .connect_timeout(CONNECT_TIMEOUT)
-        .connect()
-        .await
-        .map_err(|e| format!("connecting to {endpoint}: {e}"))
+async fn connect(endpoint: &str) -> Result<crate::dial::Channel, String> {
+    crate::dial::channel(endpoint).await
 }
 
 /// Attempts to find the leader, and the pause between them: a cluster

@@ -36,10 +36,9 @@ impl Client {
             .trim_end_matches('/')
             .to_string();
         let connected = async {
-            let stream = tokio::net::TcpStream::connect(&address)
+            let stream = crate::dial::connect(&address, b"http/1.1")
                 .await
                 .map_err(|e| e.to_string())?;
-            stream.set_nodelay(true).map_err(|e| e.to_string())?;
             let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
                 .await
                 .map_err(|e| e.to_string())?;
@@ -67,11 +66,15 @@ impl Client {
             Request::Range(range, expect) => ("/v3/kv/range", range_json(range), *expect),
             Request::Txn(txn) => ("/v3/kv/txn", txn_json(txn), None),
         };
-        let http_request = http::Request::post(path)
+        let mut http_request = http::Request::post(path)
             .header(http::header::HOST, host.as_str())
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| e.to_string())?;
+        if let Some(token) = crate::dial::token().and_then(|token| http::HeaderValue::from_str(token).ok()) {
+            // etcd's gateway takes the token as the header's whole value.
+            http_request.headers_mut().insert(http::header::AUTHORIZATION, token);
+        }
         sender.ready().await.map_err(|e| e.to_string())?;
         let response = sender.send_request(http_request).await.map_err(|e| e.to_string())?;
         let status = response.status();
@@ -81,11 +84,16 @@ impl Client {
             .await
             .map_err(|e| e.to_string())?
             .to_bytes();
-        let answer: serde_json::Value = serde_json::from_slice(&body).map_err(|e| format!("gateway answer: {e}"))?;
+        let answer: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
         if !status.is_success() {
-            let message = answer.get("error").and_then(|m| m.as_str()).unwrap_or("no message");
+            // etcd's message from a JSON error, else the answer's text.
+            let message = match answer.as_ref().and_then(|a| a.get("error")).and_then(|m| m.as_str()) {
+                Some(message) => message.to_string(),
+                None => String::from_utf8_lossy(&body).trim().to_string(),
+            };
             return Err(format!("{status}: {message}"));
         }
+        let answer = answer.ok_or_else(|| format!("gateway answer is not JSON: {}", String::from_utf8_lossy(&body)))?;
         let Some(expected) = expect_count else {
             return Ok(());
         };

@@ -6,6 +6,8 @@
 //! - [`cli`]: etcd's benchmark flags (global ones in either position).
 //! - [`keys`]: keys exactly as etcd's tool makes them.
 //! - [`workload`]: the requests of a put, range or txn-put run, in order.
+//! - [`dial`]: TCP or TLS (`--cacert`, `--cert`, `--key`), and the login
+//!   of `--user` whose token every request carries.
 //! - [`connection`]: one HTTP/2 connection, used without a buffer task.
 //! - [`cork`]: batches a connection's writes, as grpc-go's writer does.
 //! - [`engine`]: connections, clients, rate limit, per-client histograms.
@@ -28,6 +30,7 @@ mod cli;
 mod compare;
 mod connection;
 mod cork;
+mod dial;
 mod engine;
 mod gateway;
 mod iterations;
@@ -86,6 +89,10 @@ fn read_matrix(path: &Path) -> Result<matrix::MatrixResult, String> {
 async fn run(cli: Cli) -> Result<(), String> {
     let global = cli.global;
     report::set_precise(global.precise);
+    dial::init(&global.tls, &global.auth)?;
+    if !matches!(cli.command, Command::Compare(_)) {
+        dial::login(&global.endpoints).await?;
+    }
     let not_iterated = match &cli.command {
         Command::Sweep(_) => Some("sweep"),
         Command::Matrix(_) => Some("matrix"),
@@ -198,7 +205,7 @@ async fn sweep(global: &cli::Global, args: &cli::SweepArgs) -> Result<(), String
         conns: global.conns.clone(),
         total: args.total,
         target_leader: global.target_leader,
-        scraper: scrape::Scraper::new(&args.metrics_urls, &args.tls)?,
+        scraper: scrape::Scraper::new(&args.metrics_urls, &global.tls)?,
     };
     let rows = sweep::run(&global.endpoints, &grid).await?;
     println!("\n{}", sweep::markdown(&rows));

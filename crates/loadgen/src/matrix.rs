@@ -7,8 +7,6 @@
 //! what the doc measured. The range rows read one key, which the matrix
 //! first puts with a 256-byte value.
 
-use std::time::Duration;
-
 use etcd_proto::etcdserverpb as pb;
 use etcd_proto::etcdserverpb::kv_client::KvClient;
 use serde::{Deserialize, Serialize};
@@ -177,12 +175,7 @@ pub fn rss_mb(pid: u32) -> Option<f64> {
 
 /// Puts `key` with `value` through the first endpoint.
 pub async fn put_key(endpoints: &[String], key: &[u8], value: Vec<u8>) -> Result<(), String> {
-    let channel = tonic::transport::Endpoint::from_shared(engine::endpoint_url(&endpoints[0]))
-        .map_err(|e| e.to_string())?
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .map_err(|e| format!("connecting to {}: {e}", endpoints[0]))?;
+    let channel = crate::dial::channel(&endpoints[0]).await?;
     KvClient::new(channel)
         .put(pb::PutRequest {
             key: key.to_vec(),

@@ -2,9 +2,9 @@
 //! benchmark tool's `--cacert`, `--cert` and `--key`: ring's provider (the
 //! one the workspace's rustls is built with), the CA file as the only
 //! trusted roots, and the certificate and key, when given, as the client's
-//! identity. Only sweep's `https://` metrics scrape uses it so far; gRPC
-//! endpoints are dialled in plain text. No ALPN is set here: each user
-//! names the protocols it speaks.
+//! identity. Every endpoint is dialled with it when `--cacert` is given
+//! (`dial.rs`), and sweep's `https://` metrics scrape uses it too. No ALPN
+//! is set here: each user names the protocols it speaks.
 
 use std::path::Path;
 use std::sync::Arc;

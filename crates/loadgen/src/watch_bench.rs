@@ -55,7 +55,7 @@ fn create(key: &[u8]) -> pb::WatchRequest {
 
 /// Opens a stream creating a watcher on each of `keys` in turn, each
 /// timed until its `created` answer.
-async fn open_timed(channel: tonic::transport::Channel, keys: Vec<Vec<u8>>) -> Result<(Stream, Vec<Duration>), String> {
+async fn open_timed(channel: crate::dial::Channel, keys: Vec<Vec<u8>>) -> Result<(Stream, Vec<Duration>), String> {
     let (sender, outgoing) = mpsc::channel(keys.len() + 1);
     let started = Instant::now();
     sender
@@ -165,7 +165,7 @@ pub async fn watch(endpoints: &[String], conns: usize, clients: usize, args: &Wa
 
 /// The put phase of `watch`: the events summary.
 async fn put_and_receive(
-    channels: &[tonic::transport::Channel],
+    channels: &[crate::dial::Channel],
     clients: usize,
     args: &WatchArgs,
     keys: &[Vec<u8>],
@@ -292,7 +292,7 @@ type Arrivals = (mpsc::UnboundedReceiver<Instant>, usize);
 /// (0: no limit), and times each watcher's event from each put's answer.
 /// Returns the time taken and the latencies.
 async fn put_and_time(
-    mut putter: KvClient<tonic::transport::Channel>,
+    mut putter: KvClient<crate::dial::Channel>,
     mut arrivals: Vec<Arrivals>,
     key: Vec<u8>,
     value: Vec<u8>,

@@ -1,7 +1,7 @@
 //! `loadgen watchers`: watchers held open, for the watch benchmarks that
 //! etcd's tool has no command for. It opens `--streams` watch streams over
 //! `--conns` connections, creates `--watch-per-stream` watchers on each
-//! (all on `--key`/`--range-end`; by default every key), waits for every
+//! (all on `--watched-key`/`--range-end`; by default every key), waits for every
 //! `created` response, prints one line saying so, and holds them for
 //! `--hold` seconds. With `--read` (the default) it reads and drops what
 //! arrives; with `--read=false` it never reads again after the creates, a
@@ -66,21 +66,10 @@ pub async fn run(endpoints: &[String], conns: usize, args: &WatchersArgs) -> Res
 }
 
 /// One channel per connection, over the endpoints in turn.
-pub(crate) async fn connect_all(endpoints: &[String], conns: usize) -> Result<Vec<tonic::transport::Channel>, String> {
+pub(crate) async fn connect_all(endpoints: &[String], conns: usize) -> Result<Vec<crate::dial::Channel>, String> {
     let mut channels = Vec::with_capacity(conns);
     for i in 0..conns {
-        let endpoint = &endpoints[i % endpoints.len()];
-        let url = if endpoint.contains("://") {
-            endpoint.clone()
-        } else {
-            format!("http://{endpoint}")
-        };
-        let channel = tonic::transport::Endpoint::from_shared(url)
-            .map_err(|e| format!("{endpoint}: {e}"))?
-            .connect()
-            .await
-            .map_err(|e| format!("connecting to {endpoint}: {e}"))?;
-        channels.push(channel);
+        channels.push(crate::dial::channel(&endpoints[i % endpoints.len()]).await?);
     }
     Ok(channels)
 }
@@ -88,13 +77,13 @@ pub(crate) async fn connect_all(endpoints: &[String], conns: usize) -> Result<Ve
 /// The watched key and range end, as etcd's clients send them: an empty
 /// key with no end is every key.
 fn watched_range(args: &WatchersArgs) -> (Vec<u8>, Vec<u8>) {
-    if args.key.is_empty() && args.range_end.is_empty() {
+    if args.watched_key.is_empty() && args.range_end.is_empty() {
         return (vec![0], vec![0]);
     }
-    let key = if args.key.is_empty() {
+    let key = if args.watched_key.is_empty() {
         vec![0]
     } else {
-        args.key.clone().into_bytes()
+        args.watched_key.clone().into_bytes()
     };
     (key, args.range_end.clone().into_bytes())
 }
@@ -142,7 +131,7 @@ type Stream = (mpsc::Sender<pb::WatchRequest>, tonic::Streaming<pb::WatchRespons
 /// Opens one watch stream and creates `count` watchers on it, waiting for
 /// every `created` response.
 async fn open_and_create(
-    channel: tonic::transport::Channel,
+    channel: crate::dial::Channel,
     key: Vec<u8>,
     range_end: Vec<u8>,
     count: usize,
