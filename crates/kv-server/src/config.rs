@@ -34,9 +34,19 @@ pub struct Config {
     /// Path to the data directory (default: `<name>.etcd`).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// debug, info, warn or error.
+    /// debug, info, warn or error (zap's levels; `logging.rs`).
     #[arg(long, default_value = "info")]
     pub log_level: String,
+    /// Where log lines go: `default` (standard error), `stderr`, `stdout`
+    /// or file paths, comma-separated.
+    #[arg(long, default_value = "default")]
+    pub log_outputs: String,
+    /// `json` (zap's lines, etcd's default) or `console`.
+    #[arg(long, default_value = "json")]
+    pub log_format: String,
+    /// The logger: `zap`, the only one etcd 3.5 has.
+    #[arg(long, default_value = "zap")]
+    pub logger: String,
     /// Comma-separated URLs to listen on for client traffic.
     #[arg(long, default_value = "http://localhost:2379")]
     pub listen_client_urls: String,
@@ -108,6 +118,31 @@ pub struct Config {
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub experimental_initial_corrupt_check: bool,
 
+    /// A directory of its own for the WAL (etcd's advice: a disk of its
+    /// own); everything else stays in --data-dir.
+    #[arg(long)]
+    pub wal_dir: Option<PathBuf>,
+
+    /// How --auto-compaction-retention is read: `periodic` (a duration, or
+    /// whole hours) or `revision` (a number of revisions to keep).
+    #[arg(long, default_value = "periodic")]
+    pub auto_compaction_mode: String,
+
+    /// How much history auto-compaction keeps (`server/compactor.rs`); 0
+    /// turns it off.
+    #[arg(long, default_value = "0")]
+    pub auto_compaction_retention: String,
+
+    /// An applied request slower than this is logged ("apply request took
+    /// too long") and counted as slow, as etcd does.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    pub experimental_warning_apply_duration: Duration,
+
+    /// `extensive` adds `grpc_server_handling_seconds` to the metrics, as
+    /// etcd does; anything else serves etcd's basic set.
+    #[arg(long, default_value = "basic")]
+    pub metrics: String,
+
     /// Serve etcd's gRPC-JSON gateway (`POST /v3/...` as JSON) on the
     /// client URLs beside gRPC, as etcd does unless told not to.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
@@ -170,6 +205,11 @@ pub struct Config {
     )]
     pub bcrypt_cost: u32,
 
+    /// Recover from a lost quorum: rewrite the membership to this member
+    /// alone, keeping every committed entry (`server/force_new_cluster.rs`).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub force_new_cluster: bool,
+
     /// TLS for the client and peer URLs.
     #[command(flatten)]
     pub tls: crate::tls::TlsFlags,
@@ -200,6 +240,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 impl Config {
+    /// The data directory's layout, with `--wal-dir` if given.
+    pub fn layout(&self) -> crate::storage::layout::DataDir {
+        crate::storage::layout::DataDir::with_wal_dir(self.data_dir(), self.wal_dir.clone())
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.data_dir
             .clone()
@@ -230,9 +275,30 @@ pub fn urls(list: &str) -> Vec<String> {
         .collect()
 }
 
-/// Whether a URL asks for TLS.
-pub fn is_https(url: &str) -> bool {
-    url.starts_with("https://")
+/// Whether a URL asks for TLS: `https://`, or `unixs://` (a Unix socket
+/// with TLS).
+pub fn is_tls(url: &str) -> bool {
+    url.starts_with("https://") || url.starts_with("unixs://")
+}
+
+/// Where a listen URL listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    /// A Unix socket (`unix://`, `unixs://`): its path is what follows
+    /// `//`, as etcd takes it (`unix://localhost:2379` is the file
+    /// `localhost:2379` in the working directory, `unix:///run/etcd.sock`
+    /// an absolute path).
+    Unix(PathBuf),
+}
+
+/// Where `url` listens.
+pub fn listen_addr(url: &str) -> Result<ListenAddr, String> {
+    match url.split_once("://") {
+        Some(("unix" | "unixs", path)) if !path.is_empty() => Ok(ListenAddr::Unix(PathBuf::from(path))),
+        Some(("http" | "https", _)) => socket_addr(url).map(ListenAddr::Tcp),
+        _ => Err(format!("URL scheme must be http, https, unix, or unixs: {url}")),
+    }
 }
 
 /// The socket address of an `http://host:port` or `https://host:port`
@@ -248,6 +314,32 @@ pub fn socket_addr(url: &str) -> Result<SocketAddr, String> {
         None => host_port.to_string(),
     };
     host_port.parse().map_err(|e| format!("{url}: {e}"))
+}
+
+/// The listen URLs checked at start: client URLs may be `http://`,
+/// `https://`, `unix://` or `unixs://`; peer and metrics URLs are TCP
+/// (etcd's Unix peer sockets are a corner no deployment uses, and its
+/// `unixs://` peer URLs are not even TLS, so kv-server refuses them
+/// rather than serve them differently).
+pub fn check_listen_urls(config: &Config) -> Result<(), crate::error::Error> {
+    let refuse = |flag, reason| crate::error::Error::Flag { flag, reason };
+    for url in urls(&config.listen_client_urls) {
+        listen_addr(&url).map_err(|reason| refuse("listen-client-urls", reason))?;
+    }
+    for (flag, list) in [
+        ("listen-peer-urls", &config.listen_peer_urls),
+        ("listen-metrics-urls", &config.listen_metrics_urls),
+    ] {
+        for url in urls(list) {
+            if let ListenAddr::Unix(_) = listen_addr(&url).map_err(|reason| refuse(flag, reason))? {
+                return Err(refuse(
+                    flag,
+                    format!("{url}: Unix sockets are served on client URLs only"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -27,7 +27,8 @@
 //! - [`auth`]: users, roles, permissions and tokens (etcd's auth).
 //! - [`tls`]: TLS on the client and peer URLs, and who a client
 //!   certificate names.
-//! - [`metrics`]: etcd's Prometheus metrics.
+//! - [`metrics`]: etcd's Prometheus metrics; [`logging`]: etcd's log
+//!   lines (zap's JSON).
 //! - [`clock`]: the time, and [`entropy`]: randomness, each behind a seam
 //!   a simulator can fill; [`sim`]:
 //!   whole clusters of members on one thread and a simulated clock, for
@@ -58,6 +59,7 @@ pub(crate) mod entropy;
 pub(crate) mod error;
 pub mod flags;
 pub(crate) mod halt;
+pub mod logging;
 pub(crate) mod member;
 pub(crate) mod membership;
 pub mod metrics;

@@ -14,6 +14,8 @@ fn main() {
     if args.len() > 2 && args[1] == "snapshot" && args[2] == "restore" {
         // `kv-server snapshot restore FILE [etcdutl's flags]`.
         let restore = kv_server::server::restore::RestoreArgs::parse_from(&args[2..]);
+        // etcdutl's lines: zap's console form, on standard error.
+        kv_server::logging::init_console();
         match kv_server::server::restore::restore(&restore) {
             Ok(dir) => println!("restored snapshot into {}", dir.display()),
             Err(error) => {
@@ -44,14 +46,18 @@ fn main() {
         return;
     }
     let config = parsed.config;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: logs redirected to files stay plain.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let log = kv_server::logging::LogFlags {
+        logger: &config.logger,
+        format: &config.log_format,
+        level: &config.log_level,
+        outputs: &config.log_outputs,
+    };
+    if let Err(error) = kv_server::logging::init(log) {
+        // As etcd's: a log that cannot be set up stops the member before
+        // it starts.
+        eprintln!("kv-server: {error}");
+        std::process::exit(1);
+    }
     for note in &parsed.notes {
         tracing::info!("{note}");
     }

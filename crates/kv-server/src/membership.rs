@@ -218,6 +218,42 @@ impl Membership {
     /// Applies one change, or refuses it with etcd's error and changes
     /// nothing. Configuration changes follow [`conf_change_refused`].
     pub fn apply(&mut self, change: &Change) -> Result<(), RequestError> {
+        self.change(change)?;
+        self.log(change);
+        Ok(())
+    }
+
+    /// etcd's lines for a membership change applied, with its fields.
+    fn log(&self, change: &Change) {
+        use crate::logging::JsonList;
+        let (cluster, local) = (format!("{:x}", self.cluster_id), format!("{:x}", self.local_id));
+        match change {
+            Change::AddVoter(member) | Change::AddLearner(member) => tracing::info!(
+                "cluster-id" = cluster,
+                "local-member-id" = local,
+                "added-peer-id" = format!("{:x}", member.id),
+                "added-peer-peer-urls" = ?JsonList(&member.peer_urls),
+                "added member"
+            ),
+            Change::Remove(id) => tracing::info!(
+                "cluster-id" = cluster,
+                "local-member-id" = local,
+                "removed-remote-peer-id" = format!("{id:x}"),
+                "removed member"
+            ),
+            Change::Promote(_) => tracing::info!("cluster-id" = cluster, "local-member-id" = local, "promote member"),
+            Change::PeerUrls { id, peer_urls } => tracing::info!(
+                "cluster-id" = cluster,
+                "local-member-id" = local,
+                "updated-remote-peer-id" = format!("{id:x}"),
+                "updated-remote-peer-urls" = ?JsonList(peer_urls),
+                "updated member"
+            ),
+            Change::Attributes { .. } => {}
+        }
+    }
+
+    fn change(&mut self, change: &Change) -> Result<(), RequestError> {
         match change {
             Change::AddVoter(member) | Change::AddLearner(member) => {
                 if self.get(member.id).is_some() {

@@ -50,7 +50,7 @@ use std::path::Path;
 use clap::Parser;
 use serde::Serialize;
 
-use cli::{Cli, Command, CompareArgs, PutArgs, RangeArgs, TxnPutArgs};
+use cli::{Cli, Command, CompareArgs, Global, PutArgs, RangeArgs, TxnPutArgs};
 use engine::Target;
 use workload::{PutSpec, RangeSpec, TxnPutSpec, Workload};
 
@@ -89,10 +89,7 @@ fn read_matrix(path: &Path) -> Result<matrix::MatrixResult, String> {
 async fn run(cli: Cli) -> Result<(), String> {
     let global = cli.global;
     report::set_precise(global.precise);
-    dial::init(&global.tls, &global.auth)?;
-    if !matches!(cli.command, Command::Compare(_)) {
-        dial::login(&global.endpoints).await?;
-    }
+    connect(&global, &cli.command).await?;
     let not_iterated = match &cli.command {
         Command::Sweep(_) => Some("sweep"),
         Command::Matrix(_) => Some("matrix"),
@@ -154,6 +151,15 @@ async fn run(cli: Cli) -> Result<(), String> {
                 report: &report,
             },
         )?;
+    }
+    Ok(())
+}
+
+/// TLS and auth for every command that sends requests (`dial.rs`).
+async fn connect(global: &Global, command: &Command) -> Result<(), String> {
+    dial::init(&global.tls, &global.auth)?;
+    if !matches!(command, Command::Compare(_)) {
+        dial::login(&global.endpoints).await?;
     }
     Ok(())
 }

@@ -1690,12 +1690,26 @@ fn change_alarm(state: &mut State, batch: &mut Batch, request: &AlarmRequest) ->
     if request.activate && request.alarm.kind == ALARM_NONE {
         return AlarmResponse { alarm: None };
     }
+    let raised_before = state.alarms.iter().any(|alarm| alarm.kind == request.alarm.kind);
     let changed = if request.activate {
         state.alarms.insert(request.alarm);
         Some(request.alarm)
     } else {
         state.alarms.remove(&request.alarm).then_some(request.alarm)
     };
+    // etcd's lines, on the kind's first raise and its last clear.
+    let raised_after = state.alarms.iter().any(|alarm| alarm.kind == request.alarm.kind);
+    let kind = match request.alarm.kind {
+        1 => "NOSPACE",
+        2 => "CORRUPT",
+        _ => "NONE",
+    };
+    let from = format!("{:x}", request.alarm.member_id);
+    match (raised_before, raised_after) {
+        (false, true) => tracing::warn!(alarm = kind, from, "alarm raised"),
+        (true, false) => tracing::warn!(alarm = kind, from, "alarm disarmed"),
+        _ => {}
+    }
     batch.writes.insert(META_ALARMS, encode_alarms(&state.alarms));
     AlarmResponse { alarm: changed }
 }

@@ -204,7 +204,11 @@ impl Maintenance for MaintenanceService {
             tracing::error!(%error, "snapshot for a client failed");
             Status::internal(error.to_string())
         })?;
-        tracing::info!(size, "sending a snapshot to a client");
+        tracing::info!(
+            "total-bytes" = size,
+            size = crate::logging::human_bytes(size),
+            "sending database snapshot to client"
+        );
         let (out, chunks) = mpsc::channel(BACKUP_CHUNKS_AHEAD);
         tokio::spawn(send_backup(tokio::fs::File::from_std(file), size, out, permit));
         Ok(Response::new(Box::pin(ReceiverStream::new(chunks))))
@@ -299,8 +303,16 @@ async fn send_backup(
     permit: OwnedSemaphorePermit,
 ) {
     let data = size.saturating_sub(CHECKSUM_BYTES);
+    let started = std::time::Instant::now();
     let mut sent = 0u64;
     while sent < size {
+        if sent == data {
+            tracing::info!(
+                "total-bytes" = size,
+                "checksum-size" = CHECKSUM_BYTES,
+                "sending database sha256 checksum to client"
+            );
+        }
         let left_in_part = if sent < data { data - sent } else { size - sent };
         let mut blob = vec![0u8; BACKUP_CHUNK_BYTES.min(left_in_part as usize)];
         if let Err(error) = file.read_exact(&mut blob).await {
@@ -317,6 +329,14 @@ async fn send_backup(
         };
         if out.send(Ok(response)).await.is_err() {
             break;
+        }
+        if sent == size {
+            tracing::info!(
+                "total-bytes" = size,
+                size = crate::logging::human_bytes(size),
+                took = crate::logging::human_ago(started.elapsed()),
+                "successfully sent database snapshot to client"
+            );
         }
     }
     drop(permit);

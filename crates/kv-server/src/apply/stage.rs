@@ -102,6 +102,9 @@ pub struct Stage {
     /// No entries applied yet since the member started (for the broken
     /// build `kv::double_apply`, `broken.rs`).
     fresh: bool,
+    /// The compaction applied last and when, until its work is done: for
+    /// etcd's "finished scheduled compaction" line.
+    compacting: std::cell::Cell<Option<(i64, std::time::Instant)>>,
 }
 
 impl Stage {
@@ -117,6 +120,7 @@ impl Stage {
             applied_since_step: false,
             clock,
             fresh: true,
+            compacting: std::cell::Cell::new(None),
         }
     }
 
@@ -229,11 +233,18 @@ impl Stage {
     /// One step of the store's queued compaction work; a failure is the
     /// store's, and fatal, as a failed apply is.
     fn compact_step(&self) -> Result<(), Fatal> {
-        self.parts
+        let more = self
+            .parts
             .store
             .compact_step()
-            .map(drop)
-            .map_err(|error| Fatal::new("the store failed a step of compaction", &error))
+            .map_err(|error| Fatal::new("the store failed a step of compaction", &error))?;
+        if !more {
+            if let Some((revision, started)) = self.compacting.take() {
+                let took = crate::logging::go_duration(started.elapsed());
+                tracing::info!("compact-revision" = revision, took = %took, "finished scheduled compaction");
+            }
+        }
+        Ok(())
     }
 
     /// Hands `answer` to the raft loop without waiting: it comes back when
@@ -416,6 +427,11 @@ impl Stage {
             match (request, &result.response) {
                 (mvcc::WriteRequest::LeaseGrant(grant), Ok(_)) => self.parts.lessor.granted(grant.id, grant.ttl),
                 (mvcc::WriteRequest::LeaseRevoke(revoke), Ok(_)) => self.parts.lessor.revoked(revoke.id),
+                (mvcc::WriteRequest::Compaction(compaction), Ok(_)) => {
+                    tracing::info!(revision = compaction.revision, "compact tree index");
+                    self.compacting
+                        .set(Some((compaction.revision, std::time::Instant::now())));
+                }
                 _ => {}
             }
         }

@@ -59,6 +59,11 @@ pub const RENAMED: &[(&str, &str)] = &[
     ("corrupt-check-time", "experimental-corrupt-check-time"),
     ("compaction-batch-limit", "experimental-compaction-batch-limit"),
     ("compaction-sleep-interval", "experimental-compaction-sleep-interval"),
+    ("warning-apply-duration", "experimental-warning-apply-duration"),
+    (
+        "peer-skip-client-san-verification",
+        "experimental-peer-skip-client-san-verification",
+    ),
 ];
 
 /// The flags the front end reads itself.
@@ -115,33 +120,21 @@ pub fn no_effect(name: &str) -> &'static str {
         | "max-result-buffer" | "max-retry-attempts" | "peer-election-timeout" | "peer-heartbeat-interval"
         | "retry-interval" | "snapshot" | "v" | "vv" => "etcd itself ignores it (a flag of etcd 0.4, kept so old command lines parse)",
         "test.coverprofile" | "test.outputdir" => "a flag of Go's test binary that etcd's flag set carries",
-        "logger" | "log-outputs" | "log-format" | "enable-log-rotation" | "log-rotation-config-json" => {
-            "kv-server logs to standard error in its own format; --log-level and RUST_LOG set what it logs"
+        "enable-log-rotation" | "log-rotation-config-json" => {
+            "log files are not rotated by kv-server: --log-outputs files are opened for appending, for the system's logrotate (copytruncate)"
         }
         "enable-v2" | "enable-v2v3" | "v2-deprecation" => "kv-server serves only the v3 API; the v2 store does not exist here",
         "proxy" | "proxy-dial-timeout" | "proxy-failure-wait" | "proxy-read-timeout" | "proxy-refresh-interval"
         | "proxy-write-timeout" => "the v2 proxy mode is not served",
         "enable-pprof" => "there is no Go runtime to profile; use perf on the process",
         "listen-client-http-urls" => "HTTP is served on the same listeners as gRPC (--listen-client-urls)",
-        "auto-tls" | "peer-auto-tls" | "self-signed-cert-validity" => {
-            "self-signed certificates are not generated; give --cert-file/--key-file (https URLs without them fail at start)"
-        }
         "client-cert-file" | "client-key-file" | "peer-client-cert-file" | "peer-client-key-file" => {
             "the server's own certificate (--cert-file, --peer-cert-file) is also its client identity"
         }
-        "client-crl-file" | "peer-crl-file" => "certificate revocation lists are not checked",
-        "client-cert-allowed-hostname" | "peer-cert-allowed-cn" | "peer-cert-allowed-hostname" | "peer-skip-client-san-verification" => {
-            "client certificates are checked against the trusted CA only"
-        }
-        "wal-dir" => "the WAL is kept in --data-dir, as etcd does without --wal-dir",
         "max-snapshots" | "max-wals" => "kv-server removes its own old snapshots and WAL segments once the store holds them",
         "unsafe-no-fsync" => "kv-server never skips an fsync: an acknowledged write is on disk",
-        "force-new-cluster" => "not served: restore a snapshot into a new member instead (kv-server snapshot restore)",
         "pre-vote" => "kv-server always campaigns with pre-vote, as etcd does by default",
         "initial-election-tick-advance" => "raft-rs's election timer is used as it is",
-        "auto-compaction-mode" | "auto-compaction-retention" => {
-            "not served: compact with the Compact call (kube-apiserver compacts every 5 minutes)"
-        }
         "backend-batch-interval" | "backend-batch-limit" | "backend-bbolt-freelist-type" | "memory-mlock"
         | "txn-mode-write-with-shared-buffer" | "bootstrap-defrag-threshold-megabytes" => {
             "a setting of etcd's bbolt backend; the store is on sled"
@@ -154,13 +147,12 @@ pub fn no_effect(name: &str) -> &'static str {
             "kv-server does not checkpoint lease TTLs through raft"
         }
         "downgrade-check-time" => "cluster downgrades are not served",
-        "warning-apply-duration" | "warning-unary-request-duration" => "slow requests are not logged one by one; see the metrics",
+        "warning-unary-request-duration" => "slow requests are logged when applied (--warning-apply-duration), not again when answered",
         "grpc-keepalive-interval" | "grpc-keepalive-min-time" | "grpc-keepalive-timeout" | "max-concurrent-streams" => {
             "gRPC's transport settings are kv-server's own (bounded in server/listener.rs)"
         }
         "raft-read-timeout" | "raft-write-timeout" => "the peer transport's timeouts are kv-server's own",
         "socket-reuse-address" | "socket-reuse-port" => "listeners are bound without SO_REUSEADDR or SO_REUSEPORT",
-        "metrics" => "the metrics served are etcd's basic set",
         "max-learners" => "at most one learner, etcd's default",
         "enable-distributed-tracing" | "distributed-tracing-address" | "distributed-tracing-instance-id"
         | "distributed-tracing-sampling-rate" | "distributed-tracing-service-name" => "OpenTelemetry tracing is not served",

@@ -340,8 +340,29 @@ impl Member {
     /// simulator's, where a blocking pool's thread would end at a time no
     /// seed fixes).
     pub fn defragment_blocking(&self) -> Result<(), mvcc::Error> {
+        use crate::logging::go_duration;
+        let path = self.config.layout().store().display().to_string();
+        let (disk, live) = (self.store.size_on_disk()?, self.store.live_bytes()?);
+        tracing::info!(
+            path,
+            "current-db-size-bytes" = disk,
+            "current-db-size-in-use-bytes" = live,
+            "defragmenting"
+        );
+        let started = std::time::Instant::now();
         self.store.defragment()?;
-        self.sample_sizes()
+        self.sample_sizes()?;
+        let (disk_after, live_after) = (self.store.size_on_disk()?, self.store.live_bytes()?);
+        tracing::info!(
+            path,
+            "current-db-size-bytes-diff" = disk_after as i64 - disk as i64,
+            "current-db-size-bytes" = disk_after,
+            "current-db-size-in-use-bytes-diff" = live_after as i64 - live as i64,
+            "current-db-size-in-use-bytes" = live_after,
+            took = %go_duration(started.elapsed()),
+            "finished defragmenting directory"
+        );
+        Ok(())
     }
 
     /// Samples the store's size on disk (for the quota and Status) and the

@@ -11,14 +11,16 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::OnceLock;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use bytes::Bytes;
 use http_body::Frame;
-use prometheus::{IntCounter, IntCounterVec, Opts};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts};
 
 /// gRPC's codes, by number, as go-grpc-prometheus names them.
 const CODES: [&str; 17] = [
@@ -84,6 +86,14 @@ const METHODS: &[(&str, &str, &str)] = &[
     ("etcdserverpb.Auth", "RoleDelete", "unary"),
     ("etcdserverpb.Auth", "RoleGrantPermission", "unary"),
     ("etcdserverpb.Auth", "RoleRevokePermission", "unary"),
+    ("grpc.health.v1.Health", "Check", "unary"),
+    ("grpc.health.v1.Health", "Watch", "server_stream"),
+];
+
+/// etcd's Lock and Election services: counted as every call is, but
+/// their series appear only once called, since etcd registers them after
+/// go-grpc-prometheus has initialised the methods of its own services.
+const COUNTED_ONCE_CALLED: &[(&str, &str, &str)] = &[
     ("v3lockpb.Lock", "Lock", "unary"),
     ("v3lockpb.Lock", "Unlock", "unary"),
     ("v3electionpb.Election", "Campaign", "unary"),
@@ -91,21 +101,77 @@ const METHODS: &[(&str, &str, &str)] = &[
     ("v3electionpb.Election", "Leader", "unary"),
     ("v3electionpb.Election", "Observe", "server_stream"),
     ("v3electionpb.Election", "Resign", "unary"),
-    ("grpc.health.v1.Health", "Check", "unary"),
-    ("grpc.health.v1.Health", "Watch", "server_stream"),
 ];
 
 /// One method's counters, made once so a call costs one map lookup.
 struct MethodCounters {
     started: IntCounter,
     handled: [IntCounter; 17],
+    /// With `--metrics=extensive`, the time from the call's start to its
+    /// end (a stream's whole life), as go-grpc-prometheus times it.
+    handling: OnceLock<Histogram>,
 }
+
+/// `grpc_server_handling_seconds`'s buckets: Prometheus's default ones,
+/// which go-grpc-prometheus uses in etcd.
+const HANDLING_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 pub struct GrpcMetrics {
     pub started: IntCounterVec,
     pub handled: IntCounterVec,
     /// By request path (`/etcdserverpb.KV/Put`).
     methods: HashMap<String, MethodCounters>,
+    /// With `--metrics=extensive`, `grpc_server_handling_seconds`.
+    handling: OnceLock<HistogramVec>,
+    /// [`COUNTED_ONCE_CALLED`] by request path: their labels, and their
+    /// counters once made.
+    later: HashMap<String, (MethodLabels, OnceLock<MethodCounters>)>,
+}
+
+/// A method's labels: `grpc_service`, `grpc_method`, `grpc_type`.
+type MethodLabels = (&'static str, &'static str, &'static str);
+
+impl GrpcMetrics {
+    /// The counters of the method at `path`, if it is counted.
+    fn counters(&self, path: &str) -> Option<&MethodCounters> {
+        if let Some(counters) = self.methods.get(path) {
+            return Some(counters);
+        }
+        let ((service, method, kind), counters) = self.later.get(path)?;
+        Some(counters.get_or_init(|| {
+            let handling = OnceLock::new();
+            if let Some(histogram) = self.handling.get() {
+                let _ = handling.set(histogram.with_label_values(&[kind, service, method]));
+            }
+            MethodCounters {
+                started: self.started.with_label_values(&[kind, service, method]),
+                handled: CODES.map(|code| self.handled.with_label_values(&[kind, service, method, code])),
+                handling,
+            }
+        }))
+    }
+
+    /// `--metrics=extensive`: `grpc_server_handling_seconds`, every method
+    /// of etcd's services at zero from now on; returns the histogram to
+    /// register. Once per process.
+    pub fn enable_handling_histogram(&self) -> Option<HistogramVec> {
+        let opts = HistogramOpts::new(
+            "grpc_server_handling_seconds",
+            "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
+        )
+        .buckets(HANDLING_BUCKETS.to_vec());
+        let histogram =
+            HistogramVec::new(opts, &["grpc_type", "grpc_service", "grpc_method"]).expect("valid histogram");
+        self.handling.set(histogram.clone()).ok()?;
+        for &(service, method, kind) in METHODS {
+            if let Some(counters) = self.methods.get(&format!("/{service}/{method}")) {
+                let _ = counters
+                    .handling
+                    .set(histogram.with_label_values(&[kind, service, method]));
+            }
+        }
+        Some(histogram)
+    }
 }
 
 impl Default for GrpcMetrics {
@@ -132,14 +198,26 @@ impl Default for GrpcMetrics {
                 let counters = MethodCounters {
                     started: started.with_label_values(&[kind, service, method]),
                     handled: CODES.map(|code| handled.with_label_values(&[kind, service, method, code])),
+                    handling: OnceLock::new(),
                 };
                 (format!("/{service}/{method}"), counters)
+            })
+            .collect();
+        let later = COUNTED_ONCE_CALLED
+            .iter()
+            .map(|&(service, method, kind)| {
+                (
+                    format!("/{service}/{method}"),
+                    ((service, method, kind), OnceLock::new()),
+                )
             })
             .collect();
         GrpcMetrics {
             started,
             handled,
             methods,
+            handling: OnceLock::new(),
+            later,
         }
     }
 }
@@ -155,11 +233,12 @@ where
     if !cfg!(feature = "metrics") {
         return inner(request).await;
     }
-    let counters = super::metrics().grpc.methods.get(request.uri().path());
+    let counters = super::metrics().grpc.counters(request.uri().path());
     let Some(counters) = counters else {
         return inner(request).await;
     };
     counters.started.inc();
+    let started = counters.handling.get().map(|_| Instant::now());
     let response = inner(request).await;
     let code_in_headers = grpc_status(response.headers());
     response.map(|body| {
@@ -167,6 +246,7 @@ where
             inner: body,
             counters: Some(counters),
             code_in_headers,
+            started,
         })
     })
 }
@@ -185,12 +265,17 @@ struct CountedBody {
     /// Taken when the call is counted.
     counters: Option<&'static MethodCounters>,
     code_in_headers: Option<usize>,
+    /// When the call started, if its handling time is observed.
+    started: Option<Instant>,
 }
 
 impl CountedBody {
     fn count(&mut self, code: usize) {
         if let Some(counters) = self.counters.take() {
             counters.handled[code.min(CODES.len() - 1)].inc();
+            if let (Some(histogram), Some(started)) = (counters.handling.get(), self.started) {
+                histogram.observe(started.elapsed().as_secs_f64());
+            }
         }
     }
 }

@@ -44,9 +44,23 @@ use prometheus::{
 /// prober runs every 5 s less a second.
 pub const PEER_PROBE_EVERY: Duration = Duration::from_secs(4);
 
-/// An apply slower than this counts in `etcd_server_slow_apply_total`:
-/// etcd's warning threshold for an apply.
+/// etcd's default warning threshold for an apply
+/// (`--experimental-warning-apply-duration`): an apply slower counts in
+/// `etcd_server_slow_apply_total` and is logged.
 pub const SLOW_APPLY: Duration = Duration::from_millis(100);
+
+/// The threshold in force, in nanoseconds (set from the flag at start).
+static WARNING_APPLY_NANOS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100_000_000);
+
+/// Sets the slow-apply threshold (`--experimental-warning-apply-duration`).
+pub fn set_warning_apply_duration(threshold: Duration) {
+    WARNING_APPLY_NANOS.store(threshold.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The slow-apply threshold in force.
+pub fn warning_apply_duration() -> Duration {
+    Duration::from_nanos(WARNING_APPLY_NANOS.load(std::sync::atomic::Ordering::Relaxed))
+}
 
 /// The version the server reports, as `/version` does.
 pub const SERVER_VERSION: &str = "3.5.17";
@@ -116,6 +130,7 @@ pub struct ServerMetrics {
     pub proposals_pending: handles::Gauge,
     pub proposals_failed: handles::Counter,
     pub slow_apply: handles::Counter,
+    pub heartbeat_send_failures: handles::Counter,
     pub apply_duration: handles::HistogramVec,
     pub quota_backend_bytes: handles::FloatGauge,
     pub server_id: handles::GaugeVec,
@@ -124,8 +139,23 @@ pub struct ServerMetrics {
     pub health_failures: handles::Counter,
 }
 
+/// `/health`'s counters: successes and failures.
+fn health_counters() -> (handles::Counter, handles::Counter) {
+    (
+        int_counter(
+            "etcd_server_health_success",
+            "The total number of successful health checks",
+        ),
+        int_counter(
+            "etcd_server_health_failures",
+            "The total number of failed health checks",
+        ),
+    )
+}
+
 impl ServerMetrics {
     fn new() -> ServerMetrics {
+        let (health_success, health_failures) = health_counters();
         ServerMetrics {
             has_leader: int_gauge(
                 "etcd_server_has_leader",
@@ -159,6 +189,10 @@ impl ServerMetrics {
                 "etcd_server_slow_apply_total",
                 "The total number of slow apply requests (likely overloaded from slow disk).",
             ),
+            heartbeat_send_failures: int_counter(
+                "etcd_server_heartbeat_send_failures_total",
+                "The total number of leader heartbeat send failures (likely overloaded from slow disk).",
+            ),
             apply_duration: histogram_vec(
                 "etcd_server_apply_duration_seconds",
                 "The latency distributions of v2 apply called by backend.",
@@ -183,14 +217,8 @@ impl ServerMetrics {
                 "Which version is running. 1 for 'server_version' label with current version.",
                 "server_version",
             ),
-            health_success: int_counter(
-                "etcd_server_health_success",
-                "The total number of successful health checks",
-            ),
-            health_failures: int_counter(
-                "etcd_server_health_failures",
-                "The total number of failed health checks",
-            ),
+            health_success,
+            health_failures,
         }
     }
 
@@ -204,6 +232,7 @@ impl ServerMetrics {
             self.proposals_pending.collector(),
             self.proposals_failed.collector(),
             self.slow_apply.collector(),
+            self.heartbeat_send_failures.collector(),
             self.apply_duration.collector(),
             self.quota_backend_bytes.collector(),
             self.server_id.collector(),
@@ -419,6 +448,19 @@ impl Metrics {
         self.server.quota_backend_bytes.set(quota_backend_bytes as f64);
     }
 
+    /// `--metrics=extensive`: adds `grpc_server_handling_seconds`, as etcd
+    /// adds it. Anything else leaves etcd's basic set, as etcd does.
+    pub fn set_level(&self, level: &str) {
+        if level != "extensive" {
+            return;
+        }
+        if let Some(histogram) = self.grpc.enable_handling_histogram() {
+            self.registry
+                .register(Box::new(histogram))
+                .expect("the histogram registers once");
+        }
+    }
+
     /// Every metric as Prometheus text (format 0.0.4, as etcd serves).
     pub fn encode(&self) -> Vec<u8> {
         let mut text = Vec::new();
@@ -491,6 +533,55 @@ impl OpCounts {
     }
 }
 
+/// etcd's "apply request took too long" line for one applied request:
+/// what it was (keys and sizes, values left out, as etcd redacts them)
+/// and what came of it.
+fn slow_apply(
+    request: &mvcc::WriteRequest,
+    response: &mvcc::Result<mvcc::WriteResponse>,
+    took: Duration,
+    threshold: Duration,
+) {
+    use crate::logging::go_duration;
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).escape_default().to_string();
+    let described = match request {
+        mvcc::WriteRequest::Put(put) => format!("put:<key:\"{}\" value_size:{} >", text(&put.key), put.value.len()),
+        mvcc::WriteRequest::DeleteRange(delete) => {
+            format!(
+                "delete_range:<key:\"{}\" range_end:\"{}\" >",
+                text(&delete.key),
+                text(&delete.range_end)
+            )
+        }
+        mvcc::WriteRequest::Compaction(compaction) => format!("compaction:<revision:{} > ", compaction.revision),
+        other => format!("{}:<> ", APPLY_OPS[apply_op(other)].to_ascii_lowercase()),
+    };
+    match response {
+        Ok(answer) => tracing::warn!(
+            took = %go_duration(took),
+            "expected-duration" = %go_duration(threshold),
+            prefix = "",
+            request = described,
+            response = match answer {
+                mvcc::WriteResponse::Put(put) => format!("revision:{}", put.revision),
+                mvcc::WriteResponse::DeleteRange(delete) => format!("revision:{}", delete.revision),
+                mvcc::WriteResponse::Txn(txn) => format!("revision:{}", txn.revision),
+                _ => String::new(),
+            },
+            "apply request took too long"
+        ),
+        Err(error) => tracing::warn!(
+            took = %go_duration(took),
+            "expected-duration" = %go_duration(threshold),
+            prefix = "",
+            request = described,
+            response = "",
+            error = %error,
+            "apply request took too long"
+        ),
+    }
+}
+
 /// The store's reports, as metrics: each apply's time (and whether it was
 /// slow), each batch commit's time, and the puts, deletes, txns and
 /// leases it applied. The histogram of each (op, success) pair is looked
@@ -524,8 +615,10 @@ impl mvcc::Observer for StoreObserver {
         }
         ops.count();
         self.apply[apply_op(request)][usize::from(succeeded)].observe(took.as_secs_f64());
-        if took > SLOW_APPLY {
+        let threshold = warning_apply_duration();
+        if took > threshold {
             m.server.slow_apply.inc();
+            slow_apply(request, response, took, threshold);
         }
     }
 

@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use crate::halt::{Fatal, Halt};
 use crate::membership::Membership;
 use crate::metrics::handles::Counter;
-use crate::peer::channels::{raft_tls, PEER_CONNECT_TIMEOUT};
+use crate::peer::channels::{parse_url, raft_tls, PEER_CONNECT_TIMEOUT};
 use crate::peer::frames::{self, RAFT_ALPN, REMOVED};
 use crate::peer::snapshot_send::{self, SnapshotSource};
 use crate::raft::input::{NodeInput, Outbox};
@@ -547,22 +547,6 @@ impl Connection {
             Err(error) => Err(error),
         }
     }
-}
-
-/// `host` and `port` of a peer URL (`http://host:port`, `https://…`,
-/// IPv6 hosts in brackets), and whether it is `https://`.
-fn parse_url(url: &str) -> io::Result<(bool, String, u16)> {
-    let invalid = || io::Error::new(io::ErrorKind::InvalidInput, format!("bad peer URL {url:?}"));
-    let (https, rest) = match url.split_once("://") {
-        Some(("https", rest)) => (true, rest),
-        Some(("http", rest)) => (false, rest),
-        _ => return Err(invalid()),
-    };
-    let authority = rest.split('/').next().unwrap_or_default();
-    let (host, port) = authority.rsplit_once(':').ok_or_else(invalid)?;
-    let port = port.parse().map_err(|_| invalid())?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    Ok((https, host.to_string(), port))
 }
 
 /// Connects to the peer at `url`, says hello as `local`, and returns the

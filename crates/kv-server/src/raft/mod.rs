@@ -9,8 +9,10 @@
 //! - [`read_index`]: linearizable reads batched into ReadIndex rounds.
 //! - [`log`]: raft-rs's `Storage`: the in-memory log, and snapshots as
 //!   metadata over the store.
-//! - [`logger`]: raft-rs's slog records into tracing.
+//! - [`logger`]: raft-rs's slog records into tracing; [`events`]: late
+//!   heartbeats and leader changes, in etcd's log lines.
 
+pub mod events;
 pub mod input;
 pub mod log;
 pub mod logger;

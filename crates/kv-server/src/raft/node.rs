@@ -26,6 +26,7 @@ use crate::apply::input::{ApplyInput, APPLY_BACKLOG_MAX};
 use crate::error::{Error, RequestError};
 use crate::halt::Fatal;
 use crate::membership::conf_change_refused;
+use crate::raft::events::Events;
 use crate::raft::input::{NodeInput, Outbox};
 use crate::raft::log::RaftLog;
 use crate::raft::read_index::ReadIndexQueue;
@@ -150,6 +151,8 @@ pub struct Node {
     /// Set by a failure the member cannot go on after (`fail`): the loop
     /// takes no more inputs, handles no more Readies, and returns it.
     fault: Option<Fatal>,
+    /// Late heartbeats and leader changes, logged as etcd logs them.
+    events: Events,
 }
 
 impl Node {
@@ -188,6 +191,7 @@ impl Node {
         let log = RaftLog::new(parts.log.memory.clone(), parts.store.clone());
         let raw = RawNode::new(&raft_config, log.clone(), logger)?;
         Ok(Node {
+            events: Events::new(parts.config.id, parts.config.tick_interval),
             raw,
             durable: parts.log,
             log,
@@ -571,7 +575,9 @@ impl Node {
         //    them before our own fsync lets followers write in parallel
         //    with us; a leader's entry counts toward commit only once its
         //    own WAL has it, so this is safe.
-        self.outbox.send(ready.take_messages());
+        let messages = ready.take_messages();
+        self.events.sending(&messages, Instant::now());
+        self.outbox.send(messages);
 
         // 2. A snapshot from the leader, ahead of the entries after it.
         if !ready.snapshot().is_empty() {
@@ -613,13 +619,16 @@ impl Node {
         if let Some(commit) = light.commit_index() {
             self.durable.memory.wl().mut_hard_state().commit = commit;
         }
-        self.outbox.send(light.take_messages());
+        let messages = light.take_messages();
+        self.events.sending(&messages, Instant::now());
+        self.outbox.send(messages);
         self.send_committed(light.take_committed_entries())?;
         self.raw.advance_apply();
         self.maybe_snapshot();
         self.maybe_compact_log();
         let raft = &self.raw.raft;
         self.status.set_raft(raft.term, raft.leader_id, raft.raft_log.committed);
+        self.events.leader(raft.leader_id, raft.term);
         Ok(())
     }
 

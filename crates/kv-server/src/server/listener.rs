@@ -1,19 +1,27 @@
-//! The client port's listener, with a bound on open connections and,
-//! for `https://` URLs, TLS. Each accepted connection holds a permit until
-//! it closes; at the bound, new connections wait in the kernel's accept
-//! backlog instead of taking more memory. TLS handshakes run each in its
-//! own task, so a slow client never holds up the accept loop, and each
-//! ends within [`TLS_HANDSHAKE_TIMEOUT`].
+//! The client and peer ports' listeners, with a bound on open
+//! connections and, for `https://` and `unixs://` URLs, TLS. Each
+//! accepted connection holds a permit until it closes; at the bound, new
+//! connections wait in the kernel's accept backlog instead of taking more
+//! memory. TLS handshakes run each in its own task, so a slow client never
+//! holds up the accept loop, and each ends within
+//! [`TLS_HANDSHAKE_TIMEOUT`]; a finished handshake then passes the
+//! listener's admission checks (revocation, the peer SAN check:
+//! `tls::admission`).
+//!
+//! A client URL may be a Unix socket (`unix://`, `unixs://`): as etcd
+//! does, a file left at its path is replaced when binding, and the socket
+//! file is removed when the listener closes.
 
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -21,6 +29,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::metrics::metrics;
 use crate::peer::frames::{RAFT_ALPN, RAFT_MAGIC};
 use crate::peer::receive::RaftInbound;
+use crate::tls::admission::Admission;
 use crate::tls::ClientIdentity;
 
 /// Open connections per peer listener: each peer keeps a raft stream, a
@@ -53,34 +62,91 @@ const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(10);
 pub struct BoundedListener {
     established: mpsc::Receiver<(Connection, SocketAddr)>,
     local: SocketAddr,
+    /// A Unix socket's file, removed when the listener closes.
+    _socket_file: Option<SocketFile>,
+}
+
+/// What a listener listens on.
+pub enum Listen {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listen {
+    /// A Unix socket at `path`, replacing whatever file is there (a
+    /// socket left by a member killed before it could remove it).
+    pub fn unix(path: PathBuf) -> io::Result<Listen> {
+        match std::fs::remove_file(&path) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+        Ok(Listen::Unix(UnixListener::bind(&path)?, path))
+    }
+
+    async fn accept(&self) -> io::Result<(Socket, SocketAddr, Option<SocketAddr>)> {
+        match self {
+            Listen::Tcp(listener) => {
+                let (stream, address) = listener.accept().await?;
+                let _ = stream.set_nodelay(true);
+                Ok((Socket::Tcp(stream), address, Some(address)))
+            }
+            Listen::Unix(listener, _) => {
+                let (stream, _) = listener.accept().await?;
+                Ok((Socket::Unix(stream), UNIX_PEER, None))
+            }
+        }
+    }
+}
+
+/// The address a Unix socket's connections are given where an address
+/// is expected: they have none.
+const UNIX_PEER: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0));
+
+/// Removes a Unix socket's file when dropped.
+struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A listener's TLS: the server config, and what a connection is checked
+/// for after its handshake.
+#[derive(Clone)]
+pub struct ListenerTls {
+    pub config: Arc<rustls::ServerConfig>,
+    pub admission: Admission,
 }
 
 impl BoundedListener {
-    /// Accepts on `listener`, at most `connections_max` open at once,
+    /// Accepts on `listen`, at most `connections_max` open at once,
     /// with TLS when `tls` is given.
-    pub fn new(
-        listener: TcpListener,
-        connections_max: usize,
-        tls: Option<Arc<rustls::ServerConfig>>,
-    ) -> io::Result<BoundedListener> {
-        BoundedListener::with_raft(listener, connections_max, tls, None)
+    pub fn new(listen: Listen, connections_max: usize, tls: Option<ListenerTls>) -> io::Result<BoundedListener> {
+        BoundedListener::with_raft(listen, connections_max, tls, None)
     }
 
     /// The same for the peer port: with `raft` given, connections that
     /// open a raft stream (`peer::frames`) go to it instead of the
     /// gRPC server.
     pub fn with_raft(
-        listener: TcpListener,
+        listen: Listen,
         connections_max: usize,
-        tls: Option<Arc<rustls::ServerConfig>>,
+        tls: Option<ListenerTls>,
         raft: Option<Arc<RaftInbound>>,
     ) -> io::Result<BoundedListener> {
-        let local = listener.local_addr()?;
+        let (local, socket_file) = match &listen {
+            Listen::Tcp(listener) => (listener.local_addr()?, None),
+            Listen::Unix(_, path) => (UNIX_PEER, Some(SocketFile(path.clone()))),
+        };
         let (sender, established) = mpsc::channel(ESTABLISHED_QUEUE);
         let permits = Arc::new(Semaphore::new(connections_max));
-        let tls = tls.map(TlsAcceptor::from);
-        tokio::spawn(accept_loop(listener, permits, tls, raft, sender));
-        Ok(BoundedListener { established, local })
+        tokio::spawn(accept_loop(listen, permits, tls, raft, sender));
+        Ok(BoundedListener {
+            established,
+            local,
+            _socket_file: socket_file,
+        })
     }
 }
 
@@ -125,7 +191,7 @@ async fn route_plain(
         Some(true) => raft.serve(stream, permit),
         Some(false) => {
             let connection = Connection {
-                stream: Stream::Plain(stream),
+                stream: Stream::Plain(Socket::Tcp(stream)),
                 client: true,
                 identity: ClientIdentity::default(),
                 _permit: permit,
@@ -137,9 +203,9 @@ async fn route_plain(
 }
 
 async fn accept_loop(
-    listener: TcpListener,
+    listen: Listen,
     permits: Arc<Semaphore>,
-    tls: Option<TlsAcceptor>,
+    tls: Option<ListenerTls>,
     raft: Option<Arc<RaftInbound>>,
     sender: mpsc::Sender<(Connection, SocketAddr)>,
 ) {
@@ -149,7 +215,7 @@ async fn accept_loop(
             .acquire_owned()
             .await
             .expect("the semaphore is never closed");
-        let (stream, address) = match listener.accept().await {
+        let (socket, address, remote) = match listen.accept().await {
             Ok(accepted) => accepted,
             Err(error) => {
                 tracing::warn!(%error, "accepting a client connection failed");
@@ -157,44 +223,88 @@ async fn accept_loop(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        if let (None, Some(raft)) = (&tls, &raft) {
-            tokio::spawn(route_plain(stream, address, permit, raft.clone(), sender.clone()));
-            continue;
-        }
-        let Some(acceptor) = tls.clone() else {
-            let connection = Connection {
-                stream: Stream::Plain(stream),
-                client: true,
-                identity: ClientIdentity::default(),
-                _permit: permit,
-            };
-            if sender.send((connection, address)).await.is_err() {
-                return;
+        let Some(tls) = tls.clone() else {
+            match (socket, &raft) {
+                (Socket::Tcp(stream), Some(raft)) => {
+                    tokio::spawn(route_plain(stream, address, permit, raft.clone(), sender.clone()));
+                }
+                (socket, _) => {
+                    let connection = Connection {
+                        stream: Stream::Plain(socket),
+                        client: true,
+                        identity: ClientIdentity::default(),
+                        _permit: permit,
+                    };
+                    if sender.send((connection, address)).await.is_err() {
+                        return;
+                    }
+                }
             }
             continue;
         };
-        let (sender, raft) = (sender.clone(), raft.clone());
-        tokio::spawn(async move {
-            let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
-            let stream = match handshake {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => return tracing::debug!(%error, %address, "TLS handshake refused"),
-                Err(_) => return tracing::debug!(%address, "TLS handshake timed out"),
-            };
-            if let Some(raft) = raft.filter(|_| stream.get_ref().1.alpn_protocol() == Some(RAFT_ALPN)) {
-                return raft.serve(stream, permit);
-            }
-            let identity = ClientIdentity::of(stream.get_ref().1);
-            let connection = Connection {
-                stream: Stream::Tls(Box::new(stream)),
-                client: true,
-                identity,
-                _permit: permit,
-            };
-            let _ = sender.send((connection, address)).await;
-        });
+        let accepted = Accepted {
+            address,
+            remote,
+            permit,
+        };
+        tokio::spawn(handshake(socket, accepted, tls, raft.clone(), sender.clone()));
     }
+}
+
+/// A connection just accepted: its address (a placeholder for a Unix
+/// socket), the address it comes from (none for a Unix socket), and its
+/// permit.
+struct Accepted {
+    address: SocketAddr,
+    remote: Option<SocketAddr>,
+    permit: OwnedSemaphorePermit,
+}
+
+/// A TLS connection's handshake and admission checks, logged as etcd logs
+/// a refusal; then the raft stream (on the peer port) or the server.
+async fn handshake(
+    socket: Socket,
+    accepted: Accepted,
+    tls: ListenerTls,
+    raft: Option<Arc<RaftInbound>>,
+    sender: mpsc::Sender<(Connection, SocketAddr)>,
+) {
+    let Accepted {
+        address,
+        remote,
+        permit,
+    } = accepted;
+    let acceptor = TlsAcceptor::from(tls.config.clone());
+    let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            return tracing::warn!(
+                "remote-addr" = remote.map_or_else(String::new, |a| a.to_string()),
+                "server-name" = "",
+                error = %error,
+                "rejected connection on {} endpoint",
+                tls.admission.endpoint
+            )
+        }
+        Err(_) => return tracing::debug!(%address, "TLS handshake timed out"),
+    };
+    let session = stream.get_ref().1;
+    let chain = session.peer_certificates().map(<[_]>::to_vec).unwrap_or_default();
+    let sni = session.server_name().map(str::to_string);
+    if !tls.admission.admit(&chain, sni.as_deref(), remote).await {
+        return;
+    }
+    if let Some(raft) = raft.filter(|_| stream.get_ref().1.alpn_protocol() == Some(RAFT_ALPN)) {
+        return raft.serve(stream, permit);
+    }
+    let identity = ClientIdentity::of(stream.get_ref().1);
+    let connection = Connection {
+        stream: Stream::Tls(Box::new(stream)),
+        client: true,
+        identity,
+        _permit: permit,
+    };
+    let _ = sender.send((connection, address)).await;
 }
 
 /// A client connection, who it proved to be, and the permit it holds
@@ -208,8 +318,59 @@ pub struct Connection {
 }
 
 enum Stream {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
+    Plain(Socket),
+    Tls(Box<TlsStream<Socket>>),
+}
+
+/// A connection's socket: TCP, or a Unix socket.
+enum Socket {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// Calls `$method` on whichever socket it is.
+macro_rules! on_socket {
+    ($self:ident, $method:ident($($arg:expr),*)) => {
+        match $self.get_mut() {
+            Socket::Tcp(stream) => Pin::new(stream).$method($($arg),*),
+            Socket::Unix(stream) => Pin::new(stream).$method($($arg),*),
+        }
+    };
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(self: Pin<&mut Self>, context: &mut Context<'_>, buffer: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        on_socket!(self, poll_read(context, buffer))
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(self: Pin<&mut Self>, context: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
+        on_socket!(self, poll_write(context, bytes))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        on_socket!(self, poll_flush(context))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        on_socket!(self, poll_shutdown(context))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffers: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        on_socket!(self, poll_write_vectored(context, buffers))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Socket::Tcp(stream) => stream.is_write_vectored(),
+            Socket::Unix(stream) => stream.is_write_vectored(),
+        }
+    }
 }
 
 impl axum::serve::Listener for BoundedListener {
@@ -338,7 +499,7 @@ mod tests {
     async fn connections_beyond_the_bound_wait() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let mut bounded = BoundedListener::new(listener, 1, None).unwrap();
+        let mut bounded = BoundedListener::new(Listen::Tcp(listener), 1, None).unwrap();
         let _first_client = TcpStream::connect(address).await.unwrap();
         let (first, _) = bounded.accept().await;
         let _second_client = TcpStream::connect(address).await.unwrap();

@@ -5,15 +5,20 @@
 //! - [`wiring`]: the one way a member's core, raft loop and apply stage
 //!   are built (the server and the in-process tests use it).
 //! - [`join`]: a new member learning a running cluster's membership.
+//! - [`force_new_cluster`]: `--force-new-cluster`, the recovery from a
+//!   lost quorum.
 //! - [`serve`]: the peer and client listeners, until a stop signal.
-//! - [`tasks`]: the background tasks.
-//! - [`listener`]: the client port's listener, bounded in connections.
+//! - [`tasks`]: the background tasks; [`compactor`]: auto-compaction.
+//! - [`listener`]: the client and peer ports' listeners (TCP and Unix
+//!   sockets), bounded in connections, with TLS.
 //! - [`client_port`]: what a client connection serves: gRPC, or plain
 //!   HTTP and the gateway, split by each request's kind.
 //! - [`restore`]: `kv-server snapshot restore`, a new member's data
 //!   directory from a saved snapshot.
 
 pub mod client_port;
+pub mod compactor;
+pub mod force_new_cluster;
 pub mod join;
 pub mod listener;
 pub mod restore;

@@ -93,6 +93,16 @@ pub fn restore(args: &RestoreArgs) -> Result<PathBuf, Error> {
         Some(backup::open(&args.file, !args.skip_hash_check)?)
     };
     let dir = DataDir::new(root.clone());
+    let logged = |message: &str| {
+        tracing::info!(
+            path = %args.file.display(),
+            "wal-dir" = %dir.wal().display(),
+            "data-dir" = %root.display(),
+            "snap-dir" = %dir.member().display(),
+            "{message}"
+        )
+    };
+    logged("restoring snapshot");
     dir.create()?;
     let unfinished = dir.unfinished_restore();
     std::fs::File::create(&unfinished)
@@ -110,6 +120,7 @@ pub fn restore(args: &RestoreArgs) -> Result<PathBuf, Error> {
     })?;
     std::fs::remove_file(&unfinished).map_err(Error::io(&unfinished))?;
     sync_dir(&dir.member())?;
+    logged("restored snapshot");
     Ok(root)
 }
 

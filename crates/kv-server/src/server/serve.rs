@@ -33,6 +33,7 @@ use crate::api::peer::PeerService;
 use crate::api::recipes::election::ElectionService;
 use crate::api::recipes::lock::LockService;
 use crate::api::watch::service::WatchService;
+use crate::config::ListenAddr;
 use crate::config::{self, GRPC_OVERHEAD_BYTES};
 use crate::error::Error;
 use crate::member::core::Member;
@@ -46,9 +47,10 @@ use crate::proto::v3electionpb::election_server::ElectionServer;
 use crate::proto::v3lockpb::lock_server::LockServer;
 use crate::raft::input::NodeInput;
 use crate::server::client_port::ClientPort;
-use crate::server::listener::{BoundedListener, CLIENT_CONNECTIONS_MAX, PEER_CONNECTIONS_MAX};
+use crate::server::listener::{BoundedListener, Listen, ListenerTls, CLIENT_CONNECTIONS_MAX, PEER_CONNECTIONS_MAX};
 use crate::server::tasks;
 use crate::storage::layout::DataDir;
+use crate::tls::admission::Admission;
 
 /// Serves until SIGINT or SIGTERM. The peer port is served on `peers`, a
 /// runtime of its own (see `start.rs`), so that raft traffic keeps moving
@@ -149,27 +151,39 @@ async fn graceful_stop(
 /// well under this on any machine.
 const REMOVED_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
-async fn bind(url: &str, flag: &'static str) -> Result<tokio::net::TcpListener, Error> {
-    let address = config::socket_addr(url).map_err(|reason| Error::Flag { flag, reason })?;
-    tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|source| Error::Listen {
-            url: url.to_string(),
-            source,
-        })
+async fn bind(url: &str, flag: &'static str) -> Result<Listen, Error> {
+    let failed = |source| Error::Listen {
+        url: url.to_string(),
+        source,
+    };
+    match config::listen_addr(url).map_err(|reason| Error::Flag { flag, reason })? {
+        ListenAddr::Tcp(address) => tokio::net::TcpListener::bind(address)
+            .await
+            .map(Listen::Tcp)
+            .map_err(failed),
+        ListenAddr::Unix(path) => Listen::unix(path).map_err(failed),
+    }
 }
 
-/// The TLS config of a listener on `url`: none for `http://`.
+/// The TLS of a listener on `url`: none for `http://` and `unix://`.
 fn tls_for(
     url: &str,
     make: impl Fn() -> Result<Arc<rustls::ServerConfig>, Error>,
-) -> Result<Option<Arc<rustls::ServerConfig>>, Error> {
-    config::is_https(url).then(make).transpose()
+    admission: impl Fn() -> Admission,
+) -> Result<Option<ListenerTls>, Error> {
+    if !config::is_tls(url) {
+        return Ok(None);
+    }
+    Ok(Some(ListenerTls {
+        config: make()?,
+        admission: admission(),
+    }))
 }
 
 async fn serve_peers(member: &Arc<Member>, node: SyncSender<NodeInput>, dir: DataDir) -> Result<(), Error> {
     for url in config::urls(&member.config().listen_peer_urls) {
-        let tls = tls_for(&url, || member.config().tls.peer_server_config())?;
+        let tls = &member.config().tls;
+        let tls = tls_for(&url, || tls.peer_server_config(), || tls.peer_admission())?;
         let listener = bind(&url, "listen-peer-urls").await?;
         let raft = Arc::new(RaftInbound {
             node: node.clone(),
@@ -194,7 +208,7 @@ async fn serve_peers(member: &Arc<Member>, node: SyncSender<NodeInput>, dir: Dat
                 tracing::error!(%error, "peer server stopped");
             }
         });
-        tracing::info!(url, "serving peers");
+        tracing::info!(address = url, "serving peer traffic");
     }
     Ok(())
 }
@@ -209,7 +223,8 @@ async fn serve_clients(
     let mut servers = Vec::new();
     let port = client_port(member, health_service);
     for url in config::urls(&member.config().listen_client_urls) {
-        let tls = tls_for(&url, || member.config().tls.client_server_config())?;
+        let tls = &member.config().tls;
+        let tls = tls_for(&url, || tls.client_server_config(), || tls.client_admission())?;
         let listener = bind(&url, "listen-client-urls").await?;
         let listener = BoundedListener::new(listener, CLIENT_CONNECTIONS_MAX, tls).map_err(|source| Error::Listen {
             url: url.clone(),
@@ -225,7 +240,17 @@ async fn serve_clients(
                 tracing::error!(%error, "client server stopped");
             }
         }));
-        tracing::info!(url, "serving clients");
+        tracing::info!("ready to serve client requests");
+        let address = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+        if config::is_tls(&url) {
+            tracing::info!(traffic = "grpc+http", address, "serving client traffic securely");
+        } else {
+            tracing::info!(
+                traffic = "grpc+http",
+                address,
+                "serving client traffic insecurely; this is strongly discouraged!"
+            );
+        }
     }
     Ok(servers)
 }
@@ -279,13 +304,18 @@ fn client_port(
 /// `--listen-metrics-urls`: `/metrics` and `/health` on plain HTTP.
 async fn serve_metrics(member: &Arc<Member>) -> Result<(), Error> {
     for url in config::urls(&member.config().listen_metrics_urls) {
-        if config::is_https(&url) {
+        if config::is_tls(&url) {
             return Err(Error::Flag {
                 flag: "listen-metrics-urls",
                 reason: format!("{url}: only http:// metrics URLs are supported"),
             });
         }
-        let listener = bind(&url, "listen-metrics-urls").await?;
+        let Listen::Tcp(listener) = bind(&url, "listen-metrics-urls").await? else {
+            return Err(Error::Flag {
+                flag: "listen-metrics-urls",
+                reason: format!("{url}: Unix sockets are served on client URLs only"),
+            });
+        };
         let router = http::metrics_routes(member.clone());
         tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, router).await {

@@ -9,6 +9,7 @@ use raft::prelude::ConfState;
 use crate::config::Config;
 use crate::error::Error;
 use crate::membership::Membership;
+use crate::server::force_new_cluster;
 use crate::server::join;
 use crate::server::serve;
 use crate::server::wiring::{self, Opened, World};
@@ -28,20 +29,25 @@ const BOOTSTRAP_TERM: u64 = 1;
 pub const PEER_RUNTIME_WORKERS: usize = 1;
 
 /// Runs a member until it is told to stop. Returns why it could not start.
-pub fn run(config: Config) -> Result<(), Error> {
-    if config.initial_cluster_state != "new" && config.initial_cluster_state != "existing" {
-        return Err(Error::Flag {
-            flag: "initial-cluster-state",
-            reason: format!("must be new or existing, not {:?}", config.initial_cluster_state),
-        });
-    }
+pub fn run(mut config: Config) -> Result<(), Error> {
+    refuse_before_start(&config)?;
+    // Auto-TLS's files are the first thing written to the data directory.
+    let (client_urls, peer_urls) = (
+        crate::config::urls(&config.listen_client_urls),
+        crate::config::urls(&config.listen_peer_urls),
+    );
+    config
+        .tls
+        .make_auto_files(&config.data_dir(), &client_urls, &peer_urls)?;
     let dials_https = config.initial_cluster.contains("https://");
-    if let Some(files) = config.tls.peer_client_files(dials_https)? {
-        crate::peer::channels::use_peer_tls(files)?;
+    if let Some(dial) = config.tls.peer_dial(dials_https)? {
+        crate::peer::channels::use_peer_tls(dial);
     }
     let opened = open(&config, wal::Options::default(), &join::fetch_membership)?;
     let membership = opened.membership.clone();
     crate::metrics::metrics().describe_member(membership.local_id, config.quota_backend_bytes);
+    crate::metrics::metrics().set_level(&config.metrics);
+    crate::metrics::set_warning_apply_duration(config.experimental_warning_apply_duration);
     // Without the metrics feature no observer is installed, so the store
     // does not time its applies and commits either.
     #[cfg(feature = "metrics")]
@@ -73,6 +79,28 @@ pub fn run(config: Config) -> Result<(), Error> {
     served
 }
 
+/// Every setting refused before anything on disk is touched, as etcd
+/// refuses them before it starts: flags that cannot work together, TLS
+/// settings, auto-compaction's retention, and the data directory
+/// conflicts of `--wal-dir` and `--force-new-cluster`.
+fn refuse_before_start(config: &Config) -> Result<(), Error> {
+    if config.initial_cluster_state != "new" && config.initial_cluster_state != "existing" {
+        return Err(Error::Flag {
+            flag: "initial-cluster-state",
+            reason: format!("must be new or existing, not {:?}", config.initial_cluster_state),
+        });
+    }
+    crate::server::compactor::retention(&config.auto_compaction_mode, &config.auto_compaction_retention)?;
+    config.tls.check()?;
+    crate::config::check_listen_urls(config)?;
+    let dir = config.layout();
+    check_wal_dir(&dir)?;
+    if config.force_new_cluster {
+        force_new_cluster::refuse_empty(&dir)?;
+    }
+    Ok(())
+}
+
 /// The clients' runtime, one worker per CPU this process may run on, and
 /// the peer port's (see [`PEER_RUNTIME_WORKERS`]).
 fn runtimes() -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), Error> {
@@ -102,7 +130,7 @@ fn runtimes() -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), Erro
 /// simulator's disk (see `wal::Disk`) and smaller segments elsewhere. A
 /// member joining a running cluster learns the membership through `join`.
 pub(crate) fn open(config: &Config, wal_options: wal::Options, join: &join::Join) -> Result<Opened, Error> {
-    let dir = DataDir::new(config.data_dir());
+    let dir = config.layout();
     dir.create()?;
     let removed = dir.remove_leftover_dumps()?;
     if removed > 0 {
@@ -120,7 +148,7 @@ pub(crate) fn open(config: &Config, wal_options: wal::Options, join: &join::Join
     } else {
         create_log(config, &dir, &store, &wal_options, join)?;
     }
-    let (log, owner) = DurableLog::open(&dir, &store, wal_options, |store| {
+    let (mut log, owner) = DurableLog::open(&dir, &store, wal_options, |store| {
         Ok(stored_membership(store, 0)?.map_or_else(ConfState::default, |m| m.conf_state()))
     })?;
     let membership = match stored_membership(&store, owner.member_id)? {
@@ -131,6 +159,9 @@ pub(crate) fn open(config: &Config, wal_options: wal::Options, join: &join::Join
     if membership.local().is_none() {
         return Err(Error::Removed);
     }
+    if config.force_new_cluster {
+        force_new_cluster::rewrite(&mut log, store.consistent_index(), &membership)?;
+    }
     let recorded = log.memory.rl().hard_state().commit.min(log.snapshot_index);
     Ok(Opened {
         marker: Arc::new(SnapshotMarker::new(dir.snapshot_marker(), recorded)),
@@ -139,6 +170,53 @@ pub(crate) fn open(config: &Config, wal_options: wal::Options, join: &join::Join
         dir,
         membership,
     })
+}
+
+/// Refuses a `--wal-dir` that would lose the log, before anything is
+/// written. etcd takes both cases below and loses the data: a WAL
+/// directory equal to the data directory makes its first WAL replace the
+/// whole data directory; a WAL moved without `--wal-dir` following it (or
+/// `--wal-dir` given to a member whose WAL is still in the data directory)
+/// starts a new, empty log over the old store, and writes then hang.
+fn check_wal_dir(dir: &DataDir) -> Result<(), Error> {
+    let flag = |reason: String| Error::Flag {
+        flag: "wal-dir",
+        reason,
+    };
+    let same = |a: &std::path::Path, b: &std::path::Path| {
+        a == b
+            || std::fs::canonicalize(a)
+                .ok()
+                .zip(std::fs::canonicalize(b).ok())
+                .is_some_and(|(a, b)| a == b)
+    };
+    if let Some(wal) = dir.dedicated_wal() {
+        if same(wal, dir.root()) || same(wal, &dir.member()) {
+            return Err(flag(format!(
+                "{} is the data directory; give the WAL a directory of its own",
+                wal.display()
+            )));
+        }
+        if !DurableLog::exists(dir) && wal::Wal::exists(&dir.default_wal()) {
+            return Err(flag(format!(
+                "{} holds no WAL, but {} does: move it there, or start without --wal-dir",
+                wal.display(),
+                dir.default_wal().display()
+            )));
+        }
+    }
+    let store = dir.store();
+    if !DurableLog::exists(dir) && store.exists() && !dir.unfinished_restore().exists() {
+        let applied = mvcc::Store::open(&store).map(|store| store.membership().0).unwrap_or(0);
+        if applied > 0 {
+            return Err(flag(format!(
+                "no WAL in {}, but the store in {} holds applied entries: give --wal-dir the directory the WAL was moved to",
+                dir.wal().display(),
+                dir.root().display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The membership the store holds, seen from member `local_id`.

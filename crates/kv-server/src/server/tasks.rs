@@ -44,6 +44,14 @@ pub fn spawn(member: Arc<Member>, health: HealthReporter) {
     tokio::spawn(sweep_tokens(member.clone()));
     let prober = member.clone();
     tokio::spawn(async move { prober.probe_peers().await });
+    let config = member.config();
+    let retention =
+        crate::server::compactor::retention(&config.auto_compaction_mode, &config.auto_compaction_retention);
+    // The flags were checked at start; nothing is refused here.
+    crate::server::compactor::spawn(
+        member.clone(),
+        retention.unwrap_or(crate::server::compactor::Retention::Off),
+    );
     if member.config().experimental_initial_corrupt_check {
         let checker = member.clone();
         tokio::spawn(async move { checker.initial_corrupt_check().await });

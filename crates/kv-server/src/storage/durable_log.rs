@@ -16,6 +16,10 @@ use crate::storage::layout::DataDir;
 use crate::storage::marker::SnapshotMarker;
 use crate::storage::pending;
 
+/// A WAL sync slower than this is logged ("slow fdatasync"), as etcd
+/// logs one (its `warnSyncDuration`, not configurable).
+pub const SLOW_FDATASYNC: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Whose log this is: checked against the WAL's metadata on every start.
 #[derive(Debug, Clone, Copy)]
 pub struct LogOwner {
@@ -97,7 +101,7 @@ impl DurableLog {
         }
         drop(wal);
         std::fs::rename(&new, dir.wal()).map_err(Error::io(dir.wal()))?;
-        wal::sync::fsync_dir(&dir.member()).map_err(Error::io(dir.member()))?;
+        wal::sync::fsync_dir(&dir.wal_parent()).map_err(Error::io(dir.wal_parent()))?;
         Ok(())
     }
 
@@ -158,6 +162,13 @@ impl DurableLog {
             let metrics = crate::metrics::metrics();
             metrics.disk.wal_fsync.observe(took.as_secs_f64());
             metrics.disk.wal_write_bytes.add(bytes as i64);
+            if took > SLOW_FDATASYNC {
+                tracing::warn!(
+                    took = %crate::logging::go_duration(took),
+                    "expected-duration" = %crate::logging::go_duration(SLOW_FDATASYNC),
+                    "slow fdatasync"
+                );
+            }
         }
         let mut core = self.memory.wl();
         if !entries.is_empty() {

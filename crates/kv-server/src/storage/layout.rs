@@ -15,6 +15,11 @@
 //!     restore.unfinished        `snapshot restore` has not finished here
 //! ```
 //!
+//! With `--wal-dir` the WAL's segments live in that directory instead of
+//! `member/wal` (and a new member's first WAL is written beside it, as
+//! `<wal-dir>.tmp`); everything else stays in the data directory, as
+//! etcd keeps it.
+//!
 //! Indexes, terms and peer ids in names are lowercase hex, the first two
 //! zero-padded to 16 digits so names sort by index.
 
@@ -26,21 +31,42 @@ use crate::error::Error;
 #[derive(Debug, Clone)]
 pub struct DataDir {
     root: PathBuf,
+    /// `--wal-dir`, when given.
+    wal_dir: Option<PathBuf>,
 }
 
 impl DataDir {
     pub fn new(root: PathBuf) -> DataDir {
-        DataDir { root }
+        DataDir { root, wal_dir: None }
+    }
+
+    /// A data directory whose WAL is in `wal_dir` (`--wal-dir`), if given.
+    pub fn with_wal_dir(root: PathBuf, wal_dir: Option<PathBuf>) -> DataDir {
+        DataDir { root, wal_dir }
+    }
+
+    /// Whether the WAL is in a directory of its own (`--wal-dir`).
+    pub fn dedicated_wal(&self) -> Option<&Path> {
+        self.wal_dir.as_deref()
+    }
+
+    /// The WAL's place in the data directory, where it is without
+    /// `--wal-dir`.
+    pub fn default_wal(&self) -> PathBuf {
+        self.member().join("wal")
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    /// Creates the `member` directory if it is missing.
+    /// Creates the `member` directory, and the WAL directory's parent,
+    /// if they are missing.
     pub fn create(&self) -> Result<(), Error> {
         let member = self.member();
-        std::fs::create_dir_all(&member).map_err(Error::io(member))
+        std::fs::create_dir_all(&member).map_err(Error::io(member))?;
+        let parent = self.wal_parent();
+        std::fs::create_dir_all(&parent).map_err(Error::io(parent))
     }
 
     /// The directory holding everything else.
@@ -49,12 +75,19 @@ impl DataDir {
     }
 
     pub fn wal(&self) -> PathBuf {
-        self.member().join("wal")
+        self.wal_dir.clone().unwrap_or_else(|| self.default_wal())
     }
 
     /// Where a new member's WAL is written before it moves to `wal`.
     pub fn new_wal(&self) -> PathBuf {
-        self.member().join("wal.tmp")
+        let mut name = self.wal().into_os_string();
+        name.push(".tmp");
+        PathBuf::from(name)
+    }
+
+    /// The directory holding the WAL directory, synced when it moves in.
+    pub fn wal_parent(&self) -> PathBuf {
+        self.wal().parent().map_or_else(|| self.member(), Path::to_path_buf)
     }
 
     pub fn store(&self) -> PathBuf {

@@ -31,6 +31,9 @@ pub struct Certs {
     pub clients: Vec<(String, Pair)>,
     /// A client certificate (common name "root") from another CA.
     pub stranger: Pair,
+    /// The CA's key, for more certificates and for revocation lists.
+    issuer: CertifiedIssuer<'static, KeyPair>,
+    dir: PathBuf,
 }
 
 impl Certs {
@@ -53,7 +56,41 @@ impl Certs {
             member,
             clients,
             stranger,
+            issuer: ca,
+            dir: dir.to_path_buf(),
         }
+    }
+
+    /// Another certificate from the CA, with common name `name`, for
+    /// server and client use, in files named after `file`.
+    pub fn another(&self, name: &str, file: &str) -> Pair {
+        leaf(&self.issuer, name, &[], &self.dir, file)
+    }
+
+    /// A revocation list from the CA revoking `revoked`, as a PEM file.
+    pub fn revocation_list(&self, revoked: &[&Pair], file: &str) -> PathBuf {
+        let revoked_certs = revoked
+            .iter()
+            .map(|pair| rcgen::RevokedCertParams {
+                serial_number: rcgen::SerialNumber::from_slice(&serial(&pair.cert)),
+                revocation_time: rcgen::date_time_ymd(2026, 1, 1),
+                reason_code: None,
+                invalidity_date: None,
+            })
+            .collect();
+        let crl = rcgen::CertificateRevocationListParams {
+            this_update: rcgen::date_time_ymd(2026, 1, 1),
+            next_update: rcgen::date_time_ymd(2036, 1, 1),
+            crl_number: rcgen::SerialNumber::from(1u64),
+            issuing_distribution_point: None,
+            revoked_certs,
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        }
+        .signed_by(&self.issuer)
+        .expect("revocation list");
+        let path = self.dir.join(file);
+        std::fs::write(&path, crl.pem().expect("PEM")).expect("write the list");
+        path
     }
 
     /// The client pair named `name`.
@@ -91,6 +128,21 @@ impl Certs {
             format!("--key={}", pair.key.display()),
         ]
     }
+}
+
+/// The serial number of the certificate in the PEM file `path`, as Go
+/// prints it in "certificate serial … revoked" (lowercase hex bytes).
+pub fn serial_hex(path: &Path) -> String {
+    let bytes = serial(path);
+    let trimmed: Vec<u8> = bytes.iter().copied().skip_while(|byte| *byte == 0).collect();
+    trimmed.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn serial(path: &Path) -> Vec<u8> {
+    let pem = std::fs::read(path).expect("certificate file");
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).expect("PEM");
+    let certificate = pem.parse_x509().expect("certificate");
+    certificate.raw_serial().to_vec()
 }
 
 fn authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
@@ -150,7 +202,15 @@ pub fn https_get(port: u16, path: &str, ca: &Path, pair: &Pair) -> String {
 /// a second of listening (no request is sent) for the alert a server
 /// sends when it refuses the certificate. `Err` says why it was refused.
 pub fn tls_accepts(port: u16, ca: &Path, pair: &Pair) -> Result<(), String> {
-    let config = client_config(ca, pair);
+    tls_accepts_with(port, client_config(ca, pair))
+}
+
+/// [`tls_accepts`] for a client that speaks only TLS 1.2.
+pub fn tls12_accepts(port: u16, ca: &Path, pair: &Pair) -> Result<(), String> {
+    tls_accepts_with(port, client_config_with(ca, pair, &[&rustls::version::TLS12]))
+}
+
+fn tls_accepts_with(port: u16, config: Arc<rustls::ClientConfig>) -> Result<(), String> {
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("server name");
     let mut connection = rustls::ClientConnection::new(config, name).map_err(|e| e.to_string())?;
     let mut socket = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
@@ -176,6 +236,14 @@ pub fn tls_accepts(port: u16, ca: &Path, pair: &Pair) -> Result<(), String> {
 }
 
 fn client_config(ca: &Path, pair: &Pair) -> Arc<rustls::ClientConfig> {
+    client_config_with(ca, pair, rustls::DEFAULT_VERSIONS)
+}
+
+fn client_config_with(
+    ca: &Path,
+    pair: &Pair,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let mut roots = rustls::RootCertStore::empty();
@@ -189,10 +257,79 @@ fn client_config(ca: &Path, pair: &Pair) -> Arc<rustls::ClientConfig> {
     let key = PrivateKeyDer::from_pem_file(&pair.key).expect("key file");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .expect("versions")
         .with_root_certificates(roots)
         .with_client_auth_cert(chain, key)
         .expect("client certificate");
     Arc::new(config)
+}
+
+/// The certificate the TLS listener on 127.0.0.1:`port` presents (DER),
+/// taken without verifying it, as a client of auto-TLS's self-signed
+/// certificates must (etcdctl's `--insecure-skip-tls-verify`).
+pub fn presented_certificate(port: u16) -> Result<Vec<u8>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(TakeAny(provider)))
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("server name");
+    let mut connection = rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+    let mut socket = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
+        .map_err(|e| format!("connect: {e}"))?;
+    socket
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    while connection.is_handshaking() {
+        connection
+            .complete_io(&mut socket)
+            .map_err(|e| format!("handshake: {e}"))?;
+    }
+    connection
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|leaf| leaf.as_ref().to_vec())
+        .ok_or_else(|| "no certificate presented".to_string())
+}
+
+/// A verifier that takes any certificate (signatures still checked).
+#[derive(Debug)]
+struct TakeAny(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for TakeAny {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }

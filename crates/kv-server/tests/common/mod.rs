@@ -368,7 +368,22 @@ impl Cluster {
         client: &str,
         extra: &[&str],
     ) -> Cluster {
-        let mut cluster = Cluster::new(binary, dir, base, 3, extra);
+        let mut cluster = Cluster::new_tls(binary, dir, base, 3, certs, client, extra);
+        cluster.start_all();
+        cluster
+    }
+
+    /// `count` members as [`Cluster::start_tls`] sets them up, not started.
+    pub fn new_tls(
+        binary: &Path,
+        dir: &Path,
+        base: u16,
+        count: u16,
+        certs: &certs::Certs,
+        client: &str,
+        extra: &[&str],
+    ) -> Cluster {
+        let mut cluster = Cluster::new(binary, dir, base, count, extra);
         let pair = certs.client(client).clone();
         cluster.launcher.spec.tls = Some(cluster::Tls {
             ca: certs.ca.clone(),
@@ -381,7 +396,6 @@ impl Cluster {
         cluster.launcher.spec.probe = Some(cluster::Probe::Custom(std::sync::Arc::new(move |port, path| {
             certs::https_get(port, path, &ca, &pair)
         })));
-        cluster.start_all();
         cluster
     }
 

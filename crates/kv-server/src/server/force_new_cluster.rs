@@ -1,0 +1,167 @@
+//! `--force-new-cluster`: etcd's recovery from a lost quorum. A member
+//! started with it rewrites the cluster to itself alone, keeping every
+//! committed entry and key, and serves at once.
+//!
+//! As etcd's `restartAsStandaloneNode` does it, before raft starts:
+//! 1. entries past the commit index are dropped: no quorum acknowledged
+//!    them, so no client was told they were written;
+//! 2. the members are those of the store's applied membership, changed by
+//!    the configuration changes committed after it;
+//! 3. configuration changes that remove every member but this one (and,
+//!    for a learner, first make it a voter) are appended after the commit
+//!    index in the current term, and the commit index is moved past them;
+//! 4. both go to the WAL with one fdatasync before raft reads them.
+//!
+//! Raft and the apply stage then apply them as they apply any committed
+//! change, so the store's membership says "one member" from then on: a
+//! later start without the flag is still a cluster of one, and members
+//! are added back with `member add`. Unlike etcd, learners are removed
+//! too (etcd keeps a learner its snapshot lists), so the cluster is this
+//! member alone.
+//!
+//! A data directory with no WAL has nothing to recover: the flag is
+//! refused there at start (etcd ignores it and starts a new cluster),
+//! because an operator who passes it meant to recover data, and a fresh
+//! cluster would hide that the data is not where they thought.
+
+use std::collections::BTreeSet;
+
+use prost::Message as _;
+use protobuf::Message as _;
+use raft::prelude::{ConfChange, ConfChangeType, Entry, EntryType};
+use raft::{GetEntriesContext, Storage as _};
+
+use crate::error::Error;
+use crate::membership::Membership;
+use crate::proto::kvserverpb::ConfChangeContext;
+use crate::storage::durable_log::DurableLog;
+use crate::storage::layout::DataDir;
+
+/// Refuses `--force-new-cluster` on a data directory with no member in
+/// it, before anything is written there.
+pub fn refuse_empty(dir: &DataDir) -> Result<(), Error> {
+    if DurableLog::exists(dir) {
+        return Ok(());
+    }
+    Err(Error::Flag {
+        flag: "force-new-cluster",
+        reason: format!(
+            "{} holds no WAL, so there is no member to recover; start without --force-new-cluster to create one",
+            dir.wal().display()
+        ),
+    })
+}
+
+/// Rewrites `log` so that this member of `membership` (the store's
+/// applied membership) is the cluster's only member.
+pub fn rewrite(log: &mut DurableLog, applied: u64, membership: &Membership) -> Result<(), Error> {
+    let mut hard_state = log.memory.rl().hard_state().clone();
+    let commit = hard_state.commit;
+    let last = log.memory.last_index()?;
+    if last > commit {
+        tracing::info!(
+            "entry-index" = commit + 1,
+            "commit-index-from-wal" = commit,
+            "number-of-discarded-entries" = last - commit,
+            "discarding uncommitted WAL entries"
+        );
+    }
+    let (voters, learners) = members_at_commit(log, applied.max(log.snapshot_index), commit, membership)?;
+    let local = membership.local_id;
+    let mut changes = Vec::new();
+    if !voters.contains(&local) {
+        let record = membership.local().map(|member| member.record());
+        changes.push((ConfChangeType::AddNode, local, record));
+    }
+    for id in voters.iter().chain(&learners).filter(|id| **id != local) {
+        changes.push((ConfChangeType::RemoveNode, *id, None));
+    }
+    let entries: Vec<Entry> = changes
+        .into_iter()
+        .zip(commit + 1..)
+        .map(|((kind, id, member), index)| conf_change_entry(kind, id, member, hard_state.term, index))
+        .collect();
+    if let Some(newest) = entries.last() {
+        hard_state.commit = newest.index;
+    }
+    log.persist(&entries, Some(&hard_state)).map_err(Error::from)?;
+    tracing::info!(
+        "cluster-id" = format!("{:x}", membership.cluster_id),
+        "local-member-id" = format!("{local:x}"),
+        "commit-index" = hard_state.commit,
+        "forcing restart member"
+    );
+    Ok(())
+}
+
+/// Voters and learners after the committed entries in `(from, commit]`
+/// are applied to `membership`'s.
+fn members_at_commit(
+    log: &DurableLog,
+    from: u64,
+    commit: u64,
+    membership: &Membership,
+) -> Result<(BTreeSet<u64>, BTreeSet<u64>), Error> {
+    let conf = membership.conf_state();
+    let mut voters: BTreeSet<u64> = conf.voters.into_iter().collect();
+    let mut learners: BTreeSet<u64> = conf.learners.into_iter().collect();
+    if commit <= from {
+        return Ok((voters, learners));
+    }
+    let entries = log
+        .memory
+        .entries(from + 1, commit + 1, None, GetEntriesContext::empty(false))?;
+    for entry in entries
+        .iter()
+        .filter(|e| e.get_entry_type() == EntryType::EntryConfChange)
+    {
+        let change = ConfChange::parse_from_bytes(&entry.data).map_err(|e| Error::BadWalEntry {
+            index: entry.index,
+            reason: e.to_string(),
+        })?;
+        let id = change.node_id;
+        match change.get_change_type() {
+            ConfChangeType::AddNode => {
+                learners.remove(&id);
+                voters.insert(id);
+            }
+            ConfChangeType::AddLearnerNode => {
+                if !voters.contains(&id) {
+                    learners.insert(id);
+                }
+            }
+            ConfChangeType::RemoveNode => {
+                voters.remove(&id);
+                learners.remove(&id);
+            }
+        }
+    }
+    Ok((voters, learners))
+}
+
+/// One configuration change entry, as `member/reconfigure.rs` proposes
+/// them (no proposer: nobody waits for it).
+fn conf_change_entry(
+    kind: ConfChangeType,
+    id: u64,
+    member: Option<crate::proto::kvserverpb::MemberRecord>,
+    term: u64,
+    index: u64,
+) -> Entry {
+    let mut change = ConfChange::default();
+    change.set_change_type(kind);
+    change.node_id = id;
+    change.context = ConfChangeContext {
+        proposer: 0,
+        sequence: 0,
+        member,
+    }
+    .encode_to_vec()
+    .into();
+    let mut entry = Entry::default();
+    entry.set_entry_type(EntryType::EntryConfChange);
+    entry.term = term;
+    entry.index = index;
+    entry.data = change.write_to_bytes().expect("conf changes encode").into();
+    entry
+}

@@ -1,0 +1,3 @@
+module tlspeek
+
+go 1.22
