@@ -84,10 +84,10 @@ fn periodic_compaction_follows_etcds_schedule_and_the_leader() {
         let first = time_to_compaction(&endpoints, "auto/k", revision);
         let killed = leader(&cluster);
         cluster.kill(killed);
-        let survivors: Vec<String> = (0..3)
-            .filter(|&i| i != killed)
-            .map(|i| cluster.members[i].endpoint())
-            .collect();
+        let alive: Vec<usize> = (0..3).filter(|&i| i != killed).collect();
+        // Writes wait for the survivors' election, as a client would.
+        cluster.wait_healthy(&alive);
+        let survivors: Vec<String> = alive.iter().map(|&i| cluster.members[i].endpoint()).collect();
         let survivors = survivors.join(",");
         let revision = overwritten_revision(&survivors, "auto/after");
         let after = time_to_compaction(&survivors, "auto/after", revision);
