@@ -9,7 +9,11 @@
 //! at start, nothing written (etcd would start a new, empty cluster).
 //!
 //! Method: the same steps, through etcdctl, on a cluster of real etcd and
-//! one of kv-server; member lists and key counts compared.
+//! one of kv-server; member lists compared step by step, and kv-server's
+//! key counts checked to hold every acknowledged put. etcd's are only
+//! printed: it drops WAL entries past the survivor's recorded commit
+//! index, and so at times the last acknowledged put (a deviation
+//! documented in docs/operations.md).
 
 mod common;
 
@@ -88,6 +92,10 @@ fn recover(binary: &Path, dir: &Path, base: u16, how: Given) -> Vec<String> {
         let put = common::etcdctl(&endpoints, &["put", &format!("fnc/{i:03}"), "v"]);
         assert!(put.status.success(), "{}", common::text(&put));
     }
+    // The member a runbook recovers from is the one with every write:
+    // a linearizable read through it makes sure it has applied them all.
+    let first = cluster.members[0].endpoint();
+    assert_eq!(count(&first), format!("\"Count\" : {KEYS}"));
     for i in 0..3 {
         cluster.kill(i);
     }
@@ -108,21 +116,18 @@ fn recover(binary: &Path, dir: &Path, base: u16, how: Given) -> Vec<String> {
 
     for (n, port) in [(1u16, base + 30), (2, base + 40)] {
         let name = format!("added{n}");
-        let said = common::etcdctl(
+        // etcd refuses a voter while the last one added has been
+        // connected for under five seconds ("unhealthy cluster").
+        let peer_urls = format!("--peer-urls=http://127.0.0.1:{}", port + 1);
+        let said = common::etcdctl_until(
             &survivor,
-            &[
-                "member",
-                "add",
-                &name,
-                &format!("--peer-urls=http://127.0.0.1:{}", port + 1),
-            ],
+            &["member", "add", &name, &peer_urls],
+            "unhealthy cluster",
+            Duration::from_secs(30),
         );
-        assert!(said.status.success(), "{}", common::text(&said));
         let index = cluster.add_joining(&name, port, &common::text(&said), Vec::new());
         cluster.spawn(index);
         cluster.wait_healthy(&[index]);
-        // Let the new member catch up before the next change.
-        std::thread::sleep(Duration::from_millis(500));
     }
     for i in [0, 3, 4] {
         let endpoint = cluster.members[i].endpoint();
@@ -151,13 +156,37 @@ fn a_lost_quorum_is_recovered_as_on_etcd() {
             kv_base,
             how,
         );
-        assert_eq!(ours, etcd, "{how:?}: kv-server, then etcd");
-        assert_eq!(ours[0], format!("forced: 1 members, \"Count\" : {KEYS}"));
+        eprintln!("{how:?}: etcd {etcd:?}\n{how:?}: kv-server {ours:?}");
+        // The same members at every step as etcd.
         assert_eq!(
-            ours.last().expect("steps"),
-            &format!("member 4: 3 members, \"Count\" : {}", KEYS + 1)
+            without_counts(&ours),
+            without_counts(&etcd),
+            "{how:?}: kv-server, then etcd"
+        );
+        // Every acknowledged key at every step: etcd may lose the last
+        // ones here (docs/operations.md, "Recovering from a lost quorum").
+        let all = format!("\"Count\" : {KEYS}");
+        let and_after = format!("\"Count\" : {}", KEYS + 1);
+        assert_eq!(
+            ours,
+            [
+                format!("forced: 1 members, {all}"),
+                "write after: true".to_string(),
+                format!("restarted: 1 members, {and_after}"),
+                format!("member 0: 3 members, {and_after}"),
+                format!("member 3: 3 members, {and_after}"),
+                format!("member 4: 3 members, {and_after}"),
+            ]
         );
     }
+}
+
+/// Each step with its key count left out.
+fn without_counts(steps: &[String]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|step| step.split(", \"Count\"").next().unwrap_or(step).to_string())
+        .collect()
 }
 
 #[test]

@@ -26,6 +26,7 @@ const WITHIN: Duration = Duration::from_secs(30);
 fn etcdctl(cwd: &Path, endpoint: &str, flags: &[String], args: &[&str]) -> (bool, String) {
     let output = Command::new(common::etcd_tool("ETCDCTL_BIN", "etcdctl"))
         .current_dir(cwd)
+        .env_remove("ETCDCTL_BIN")
         .args(["--endpoints", endpoint, "--command-timeout", "20s"])
         .args(flags)
         .args(args)

@@ -2,14 +2,21 @@
 //! started with it rewrites the cluster to itself alone, keeping every
 //! committed entry and key, and serves at once.
 //!
-//! As etcd's `restartAsStandaloneNode` does it, before raft starts:
-//! 1. entries past the commit index are dropped: no quorum acknowledged
-//!    them, so no client was told they were written;
+//! Before raft starts, as etcd's `restartAsStandaloneNode` does, but
+//! keeping the log's tail:
+//! 1. every entry in the WAL is kept, those past the persisted commit
+//!    index too. A follower learns that an entry committed only from the
+//!    leader's next message, and that news is not fsynced on its own, so
+//!    the survivor's commit index can lag writes a quorum acknowledged
+//!    to clients. etcd drops that tail and with it acknowledged writes;
+//!    kv-server commits it, as any newly elected raft leader commits its
+//!    whole log. An entry of the tail that no client was told about is
+//!    one whose client saw a timeout, which may mean either outcome;
 //! 2. the members are those of the store's applied membership, changed by
-//!    the configuration changes committed after it;
+//!    the configuration changes in the log after it;
 //! 3. configuration changes that remove every member but this one (and,
-//!    for a learner, first make it a voter) are appended after the commit
-//!    index in the current term, and the commit index is moved past them;
+//!    for a learner, first make it a voter) are appended after the last
+//!    entry in the current term, and the commit index is moved past them;
 //! 4. both go to the WAL with one fdatasync before raft reads them.
 //!
 //! Raft and the apply stage then apply them as they apply any committed
@@ -62,11 +69,11 @@ pub fn rewrite(log: &mut DurableLog, applied: u64, membership: &Membership) -> R
         tracing::info!(
             "entry-index" = commit + 1,
             "commit-index-from-wal" = commit,
-            "number-of-discarded-entries" = last - commit,
-            "discarding uncommitted WAL entries"
+            "number-of-kept-entries" = last - commit,
+            "committing WAL entries past the commit index"
         );
     }
-    let (voters, learners) = members_at_commit(log, applied.max(log.snapshot_index), commit, membership)?;
+    let (voters, learners) = members_at(log, applied.max(log.snapshot_index), last, membership)?;
     let local = membership.local_id;
     let mut changes = Vec::new();
     if !voters.contains(&local) {
@@ -78,12 +85,10 @@ pub fn rewrite(log: &mut DurableLog, applied: u64, membership: &Membership) -> R
     }
     let entries: Vec<Entry> = changes
         .into_iter()
-        .zip(commit + 1..)
+        .zip(last + 1..)
         .map(|((kind, id, member), index)| conf_change_entry(kind, id, member, hard_state.term, index))
         .collect();
-    if let Some(newest) = entries.last() {
-        hard_state.commit = newest.index;
-    }
+    hard_state.commit = entries.last().map_or(last, |newest| newest.index);
     log.persist(&entries, Some(&hard_state)).map_err(Error::from)?;
     tracing::info!(
         "cluster-id" = format!("{:x}", membership.cluster_id),
@@ -94,23 +99,23 @@ pub fn rewrite(log: &mut DurableLog, applied: u64, membership: &Membership) -> R
     Ok(())
 }
 
-/// Voters and learners after the committed entries in `(from, commit]`
-/// are applied to `membership`'s.
-fn members_at_commit(
+/// Voters and learners after the entries in `(from, last]` are applied
+/// to `membership`'s.
+fn members_at(
     log: &DurableLog,
     from: u64,
-    commit: u64,
+    last: u64,
     membership: &Membership,
 ) -> Result<(BTreeSet<u64>, BTreeSet<u64>), Error> {
     let conf = membership.conf_state();
     let mut voters: BTreeSet<u64> = conf.voters.into_iter().collect();
     let mut learners: BTreeSet<u64> = conf.learners.into_iter().collect();
-    if commit <= from {
+    if last <= from {
         return Ok((voters, learners));
     }
     let entries = log
         .memory
-        .entries(from + 1, commit + 1, None, GetEntriesContext::empty(false))?;
+        .entries(from + 1, last + 1, None, GetEntriesContext::empty(false))?;
     for entry in entries
         .iter()
         .filter(|e| e.get_entry_type() == EntryType::EntryConfChange)
