@@ -101,7 +101,7 @@ pub fn provider(list: &str, min: &str) -> Result<CryptoProvider, String> {
         let suite = provider
             .cipher_suites
             .iter()
-            .find(|suite| format!("{:?}", suite.suite()) == canonical);
+            .find(|suite| rustls_name_matches(&format!("{:?}", suite.suite()), canonical));
         match suite {
             Some(suite) if !chosen.contains(suite) => chosen.push(*suite),
             Some(_) => {}
@@ -119,6 +119,15 @@ pub fn provider(list: &str, min: &str) -> Result<CryptoProvider, String> {
     }
     provider.cipher_suites = chosen;
     Ok(provider)
+}
+
+/// Whether rustls's name for a suite is Go's `go`: rustls prefixes TLS
+/// 1.3's suites `TLS13_` where Go writes `TLS_`.
+fn rustls_name_matches(rustls: &str, go: &str) -> bool {
+    match (rustls.strip_prefix("TLS13_"), go.strip_prefix("TLS_")) {
+        (Some(rustls), Some(go)) => rustls == go,
+        _ => rustls == go,
+    }
 }
 
 #[cfg(test)]
