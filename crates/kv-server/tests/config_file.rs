@@ -62,7 +62,7 @@ fn etcd_sample_config_file_starts_a_member() {
     let _ = member.wait();
     let log = std::fs::read_to_string(&log_path).expect("log");
     assert!(log.contains("other configuration command line flags and environment variables will be ignored"));
-    for setting in ["enable-v2", "logger", "max-snapshots", "auto-compaction-mode"] {
+    for setting in ["enable-v2", "enable-pprof", "max-snapshots", "proxy"] {
         assert!(
             log.contains(&format!("flag --{setting} has no effect here")),
             "{setting} not logged:\n{log}"

@@ -164,10 +164,9 @@ async fn catch_up(base: u16, stop_before_install: bool) {
     assert!(installed, "no snapshot installed as expected; log:\n{log}");
     let received: u64 = log
         .lines()
-        .find(|line| line.contains("received a snapshot"))
-        .and_then(|line| line.split("bytes=").nth(1))
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|digits| digits.parse().ok())
+        .filter(|line| line.contains("received a snapshot"))
+        .find_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .and_then(|line| line["bytes"].as_u64())
         .unwrap_or_else(|| panic!("no snapshot size logged; log:\n{log}"));
     assert!(
         received > kv_server::PEER_MESSAGE_BYTES_MAX as u64,
