@@ -9,6 +9,10 @@
 //! - an unknown `--cipher-suites` name, a bad TLS version and an allowed
 //!   CN list beside an allowed hostname list are refused at start with
 //!   etcd's messages;
+//! - `--peer-client-cert-file` and `--peer-client-key-file` are what a
+//!   member shows when it dials its peers: with a peer server
+//!   certificate made for server authentication only, a 3-member cluster
+//!   with `--peer-client-cert-auth` forms and serves through them;
 //! - a revocation list that does not parse is refused at start with the
 //!   data directory untouched (etcd starts, then refuses every client
 //!   that shows a certificate: kv-server's deliberate difference).
@@ -202,4 +206,27 @@ fn bad_tls_settings_are_refused_at_start_with_etcds_messages() {
     );
     assert!(refused && said.contains("--client-crl-file"), "{said}");
     assert!(!data.exists(), "nothing was written");
+}
+
+#[test]
+fn members_dial_their_peers_with_the_peer_client_certificate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, binary, base) in [
+        ("etcd", common::etcd_tool("ETCD_BIN", "etcd"), 21679),
+        ("kv-server", common::kv_server(), 21779),
+    ] {
+        let root = dir.path().join(name);
+        let mut certs = Certs::generate(&root.join("certs"), &["root"]);
+        certs.make_member_server_only();
+        let dialler = certs.another("member", "peer-client");
+        let (cert, key) = (dialler.cert.display().to_string(), dialler.key.display().to_string());
+        let flags = ["--peer-client-cert-file", &cert, "--peer-client-key-file", &key];
+        let mut cluster = common::Cluster::new_tls(&binary, &root.join("data"), base, 3, &certs, "root", &flags);
+        // Healthy only once the members reach each other over the peer port.
+        cluster.start_all();
+        let tls = certs.client_flags(certs.client("root"));
+        let endpoint = format!("https://127.0.0.1:{}", cluster.members[2].client_port);
+        let (put, said) = common::etcdctl_as(&endpoint, &tls, &["put", "dialled", "with-client-cert"]);
+        assert!(put, "{name}: {said}");
+    }
 }

@@ -128,8 +128,8 @@ pub fn no_effect(name: &str) -> &'static str {
         | "proxy-write-timeout" => "the v2 proxy mode is not served",
         "enable-pprof" => "there is no Go runtime to profile; use perf on the process",
         "listen-client-http-urls" => "HTTP is served on the same listeners as gRPC (--listen-client-urls)",
-        "client-cert-file" | "client-key-file" | "peer-client-cert-file" | "peer-client-key-file" => {
-            "the server's own certificate (--cert-file, --peer-cert-file) is also its client identity"
+        "client-cert-file" | "client-key-file" => {
+            "nothing in kv-server dials its own client port (the gateway is served inside the member), so there is no connection to show it on"
         }
         "max-snapshots" | "max-wals" => "kv-server removes its own old snapshots and WAL segments once the store holds them",
         "unsafe-no-fsync" => "kv-server never skips an fsync: an acknowledged write is on disk",

@@ -111,6 +111,14 @@ pub struct TlsFlags {
     /// Peer TLS using generated certificates (`tls/auto.rs`).
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub peer_auto_tls: bool,
+    /// The certificate this member shows when it dials its peers, when
+    /// it is not the peer server certificate (one made for client
+    /// authentication only, say).
+    #[arg(long)]
+    pub peer_client_cert_file: Option<PathBuf>,
+    /// The key of `--peer-client-cert-file`.
+    #[arg(long)]
+    pub peer_client_key_file: Option<PathBuf>,
     /// Years the generated certificates are valid for.
     #[arg(long, default_value_t = 1)]
     pub self_signed_cert_validity: u64,
@@ -248,6 +256,12 @@ impl TlsFlags {
         }
         suites::provider(&self.cipher_suites, &self.tls_min_version)
             .map_err(|reason| error("cipher-suites", reason))?;
+        if self.peer_client_cert_file.is_some() != self.peer_client_key_file.is_some() {
+            return Err(error(
+                "peer-client-cert-file",
+                "--peer-client-cert-file and --peer-client-key-file are given together",
+            ));
+        }
         for side in [self.client_side(), self.peer_side()] {
             side.allowed_names()?;
             if let Some(crl) = side.crl {
@@ -406,11 +420,18 @@ impl TlsFlags {
         } else {
             return Ok(None);
         };
-        let identity = match (side.cert, side.key) {
+        // As etcd: the peer client pair when given, else the server's.
+        let (files, names) = match (&self.peer_client_cert_file, &self.peer_client_key_file) {
+            (Some(cert), Some(key)) => (
+                (Some(cert.as_path()), Some(key.as_path())),
+                ["peer-client-cert-file", "peer-client-key-file"],
+            ),
+            _ => ((side.cert, side.key), [side.names[0], side.names[1]]),
+        };
+        let identity = match files {
             (Some(cert), Some(key)) => Some((
-                certificates(cert, side.names[0])?,
-                PrivateKeyDer::from_pem_file(key)
-                    .map_err(|e| error(side.names[1], format!("{}: {e}", key.display())))?,
+                certificates(cert, names[0])?,
+                PrivateKeyDer::from_pem_file(key).map_err(|e| error(names[1], format!("{}: {e}", key.display())))?,
             )),
             _ => None,
         };
@@ -423,7 +444,7 @@ impl TlsFlags {
             let mut config = match &identity {
                 Some((chain, key)) => builder
                     .with_client_auth_cert(chain.clone(), key.clone_key())
-                    .map_err(|e| error(side.names[1], e.to_string()))?,
+                    .map_err(|e| error(names[1], e.to_string()))?,
                 None => builder.with_no_client_auth(),
             };
             config.alpn_protocols = vec![alpn.to_vec()];

@@ -67,6 +67,20 @@ impl Certs {
         leaf(&self.issuer, name, &[], &self.dir, file)
     }
 
+    /// Makes the member's certificate one for server authentication
+    /// only: a member that dials its peers with it is refused by peers
+    /// that check client certificates.
+    pub fn make_member_server_only(&mut self) {
+        self.member = leaf_for(
+            &self.issuer,
+            "member",
+            &["127.0.0.1", "localhost"],
+            &self.dir,
+            "member-server-only",
+            &[ExtendedKeyUsagePurpose::ServerAuth],
+        );
+    }
+
     /// A revocation list from the CA revoking `revoked`, as a PEM file.
     pub fn revocation_list(&self, revoked: &[&Pair], file: &str) -> PathBuf {
         let revoked_certs = revoked
@@ -158,11 +172,24 @@ fn authority(name: &str) -> CertifiedIssuer<'static, KeyPair> {
 }
 
 fn leaf(ca: &CertifiedIssuer<'static, KeyPair>, name: &str, hosts: &[&str], dir: &Path, file: &str) -> Pair {
+    let both = [ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    leaf_for(ca, name, hosts, dir, file, &both)
+}
+
+/// A certificate from `ca` for the extended key usages `purposes`.
+fn leaf_for(
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    name: &str,
+    hosts: &[&str],
+    dir: &Path,
+    file: &str,
+    purposes: &[ExtendedKeyUsagePurpose],
+) -> Pair {
     let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
     let mut params = CertificateParams::new(hosts).expect("leaf params");
     params.distinguished_name.push(DnType::CommonName, name);
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    params.extended_key_usages = purposes.to_vec();
     let key = KeyPair::generate().expect("leaf key");
     let certificate = params.signed_by(&key, ca).expect("leaf certificate");
     let pair = Pair {
