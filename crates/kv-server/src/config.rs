@@ -113,6 +113,11 @@ pub struct Config {
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
     pub strict_reconfig_check: bool,
 
+    /// Learners the cluster may hold at once (etcd 3.6's flag); MemberAdd
+    /// of one more learner gets etcd's "too many learner members".
+    #[arg(long, default_value_t = crate::member::reconfigure::LEARNERS_MAX)]
+    pub max_learners: usize,
+
     /// Compare this member's HashKV with its peers' once it has started;
     /// a mismatch raises the CORRUPT alarm for it.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]

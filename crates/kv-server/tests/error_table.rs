@@ -659,3 +659,46 @@ async fn auth_error_rows_match_etcd() {
     assert_eq!(etcd, expected, "etcd's answers");
     assert_eq!(ours, expected, "kv-server's answers");
 }
+
+// Goal: `--max-learners` (etcd 3.6's flag) moves the learner bound as
+// etcd 3.7.3's does: with 2, two learners are added and a third gets
+// "too many learner members in cluster".
+// Method: a lone member of etcd 3.7.3 and of kv-server with the flag;
+// real etcdctl adds three learners (never started) to each.
+#[test]
+fn max_learners_moves_the_learner_bound_as_etcd_does() {
+    let mut answers = Vec::new();
+    for (binary, base) in [
+        (common::etcd_tool("ETCD37_BIN", "etcd-3.7.3"), 29779),
+        (common::kv_server(), 29879),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cluster = common::Cluster::start_members(&binary, dir.path(), base, 1, &["--max-learners", "2"]);
+        let endpoint = cluster.members[0].endpoint();
+        let said: Vec<String> = (1..=3)
+            .map(|i| {
+                let name = format!("learner{i}");
+                let url = format!("--peer-urls=http://127.0.0.1:{}", base + 40 + i);
+                let output = common::etcdctl(&endpoint, &["member", "add", &name, "--learner", &url]);
+                if output.status.success() {
+                    return "added".to_string();
+                }
+                let text = common::text(&output);
+                text.lines()
+                    .find(|line| line.starts_with("Error:"))
+                    .unwrap_or(&text)
+                    .to_string()
+            })
+            .collect();
+        answers.push(said);
+    }
+    assert_eq!(answers[1], answers[0], "kv-server, then etcd 3.7.3");
+    assert_eq!(
+        answers[1],
+        [
+            "added",
+            "added",
+            "Error: etcdserver: too many learner members in cluster"
+        ]
+    );
+}

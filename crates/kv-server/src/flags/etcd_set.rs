@@ -153,7 +153,6 @@ pub fn no_effect(name: &str) -> &'static str {
         }
         "raft-read-timeout" | "raft-write-timeout" => "the peer transport's timeouts are kv-server's own",
         "socket-reuse-address" | "socket-reuse-port" => "listeners are bound without SO_REUSEADDR or SO_REUSEPORT",
-        "max-learners" => "at most one learner, etcd's default",
         "enable-distributed-tracing" | "distributed-tracing-address" | "distributed-tracing-instance-id"
         | "distributed-tracing-sampling-rate" | "distributed-tracing-service-name" => "OpenTelemetry tracing is not served",
         _ if stem.starts_with("discovery") => "discovery is not served: list the members with --initial-cluster",

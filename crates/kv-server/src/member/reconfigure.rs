@@ -17,7 +17,7 @@
 //! Removing the leader first hands leadership to another voter, so the
 //! cluster has a leader throughout (etcd leaves an election to follow).
 //!
-//! At most [`LEARNERS_MAX`] learners, and a learner is promoted only once
+//! At most `--max-learners` learners (default [`LEARNERS_MAX`]), and a learner is promoted only once
 //! its log matches at least [`LEARNER_READY_FRACTION`] of the leader's,
 //! as the leader sees it (a follower forwards the promotion to the
 //! leader).
@@ -38,9 +38,9 @@ use crate::raft::input::NodeInput;
 /// reconfiguration: etcd's `HealthInterval`.
 pub const RECONFIG_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Learners a cluster may have at once: etcd's default
-/// (`--experimental-max-learners`), one being enough to catch a new
-/// member up before it votes.
+/// Learners a cluster may have at once unless `--max-learners` says
+/// otherwise: etcd's default, one being enough to catch a new member up
+/// before it votes.
 pub const LEARNERS_MAX: usize = 1;
 
 /// How close a learner's log must be to the leader's to be promoted:
@@ -73,7 +73,7 @@ impl Member {
         if membership.with_peer_url(&peer_urls).is_some() {
             return Err(RequestError::PeerUrlExists);
         }
-        if is_learner && membership.learner_count() >= LEARNERS_MAX {
+        if is_learner && membership.learner_count() >= self.config.max_learners {
             return Err(RequestError::TooManyLearners);
         }
         let now = self.clock.since_epoch().as_secs();
