@@ -113,6 +113,11 @@ pub struct Config {
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
     pub strict_reconfig_check: bool,
 
+    /// Bind the client, peer and metrics listeners with `SO_REUSEPORT`,
+    /// so that another process may listen on the same port (etcd's flag).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub socket_reuse_port: bool,
+
     /// Learners the cluster may hold at once (etcd 3.6's flag); MemberAdd
     /// of one more learner gets etcd's "too many learner members".
     #[arg(long, default_value_t = crate::member::reconfigure::LEARNERS_MAX)]

@@ -152,7 +152,7 @@ pub fn no_effect(name: &str) -> &'static str {
             "gRPC's transport settings are kv-server's own (bounded in server/listener.rs)"
         }
         "raft-read-timeout" | "raft-write-timeout" => "the peer transport's timeouts are kv-server's own",
-        "socket-reuse-address" | "socket-reuse-port" => "listeners are bound without SO_REUSEADDR or SO_REUSEPORT",
+        "socket-reuse-address" => "listeners always have SO_REUSEADDR, as Go sets it on etcd's own, so the flag changes nothing there either",
         "enable-distributed-tracing" | "distributed-tracing-address" | "distributed-tracing-instance-id"
         | "distributed-tracing-sampling-rate" | "distributed-tracing-service-name" => "OpenTelemetry tracing is not served",
         _ if stem.starts_with("discovery") => "discovery is not served: list the members with --initial-cluster",

@@ -151,18 +151,34 @@ async fn graceful_stop(
 /// well under this on any machine.
 const REMOVED_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
-async fn bind(url: &str, flag: &'static str) -> Result<Listen, Error> {
+fn bind(url: &str, flag: &'static str, reuse_port: bool) -> Result<Listen, Error> {
     let failed = |source| Error::Listen {
         url: url.to_string(),
         source,
     };
     match config::listen_addr(url).map_err(|reason| Error::Flag { flag, reason })? {
-        ListenAddr::Tcp(address) => tokio::net::TcpListener::bind(address)
-            .await
-            .map(Listen::Tcp)
-            .map_err(failed),
+        ListenAddr::Tcp(address) => tcp_listener(address, reuse_port).map(Listen::Tcp).map_err(failed),
         ListenAddr::Unix(path) => Listen::unix(path).map_err(failed),
     }
+}
+
+/// Connections the kernel queues on a listener before they are accepted:
+/// tokio's default, and what Linux's `somaxconn` allows by default; the
+/// accept loop keeps up, and the connection bounds apply after it.
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// A TCP listener on `address`. `SO_REUSEADDR` is always set, as Go sets
+/// it on etcd's listeners; `SO_REUSEPORT` with `--socket-reuse-port`.
+fn tcp_listener(address: std::net::SocketAddr, reuse_port: bool) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(reuse_port)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// The TLS of a listener on `url`: none for `http://` and `unix://`.
@@ -184,7 +200,7 @@ async fn serve_peers(member: &Arc<Member>, node: SyncSender<NodeInput>, dir: Dat
     for url in config::urls(&member.config().listen_peer_urls) {
         let tls = &member.config().tls;
         let tls = tls_for(&url, || tls.peer_server_config(), || tls.peer_admission())?;
-        let listener = bind(&url, "listen-peer-urls").await?;
+        let listener = bind(&url, "listen-peer-urls", member.config().socket_reuse_port)?;
         let raft = Arc::new(RaftInbound {
             node: node.clone(),
             membership: member.shared_membership(),
@@ -225,7 +241,7 @@ async fn serve_clients(
     for url in config::urls(&member.config().listen_client_urls) {
         let tls = &member.config().tls;
         let tls = tls_for(&url, || tls.client_server_config(), || tls.client_admission())?;
-        let listener = bind(&url, "listen-client-urls").await?;
+        let listener = bind(&url, "listen-client-urls", member.config().socket_reuse_port)?;
         let listener = BoundedListener::new(listener, CLIENT_CONNECTIONS_MAX, tls).map_err(|source| Error::Listen {
             url: url.clone(),
             source,
@@ -310,7 +326,7 @@ async fn serve_metrics(member: &Arc<Member>) -> Result<(), Error> {
                 reason: format!("{url}: only http:// metrics URLs are supported"),
             });
         }
-        let Listen::Tcp(listener) = bind(&url, "listen-metrics-urls").await? else {
+        let Listen::Tcp(listener) = bind(&url, "listen-metrics-urls", member.config().socket_reuse_port)? else {
             return Err(Error::Flag {
                 flag: "listen-metrics-urls",
                 reason: format!("{url}: Unix sockets are served on client URLs only"),
