@@ -113,6 +113,11 @@ pub struct Config {
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
     pub strict_reconfig_check: bool,
 
+    /// Campaign with raft's pre-vote round first, as etcd does by
+    /// default: a member cut off from the quorum keeps its term.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
+    pub pre_vote: bool,
+
     /// Bind the client, peer and metrics listeners with `SO_REUSEPORT`,
     /// so that another process may listen on the same port (etcd's flag).
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]

@@ -133,7 +133,6 @@ pub fn no_effect(name: &str) -> &'static str {
         }
         "max-snapshots" | "max-wals" => "kv-server removes its own old snapshots and WAL segments once the store holds them",
         "unsafe-no-fsync" => "kv-server never skips an fsync: an acknowledged write is on disk",
-        "pre-vote" => "kv-server always campaigns with pre-vote, as etcd does by default",
         "initial-election-tick-advance" => "raft-rs's election timer is used as it is",
         "backend-batch-interval" | "backend-batch-limit" | "backend-bbolt-freelist-type" | "memory-mlock"
         | "txn-mode-write-with-shared-buffer" | "bootstrap-defrag-threshold-megabytes" => {

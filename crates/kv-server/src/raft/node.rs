@@ -101,6 +101,10 @@ pub struct NodeConfig {
     /// reaches, so a simulator fixes each member's timeout and picks it
     /// from its own seed. `None` (raft's draw) for a real member.
     pub fixed_election_ticks: Option<usize>,
+    /// Campaign with a pre-vote round first (`--pre-vote`, on by default
+    /// as in etcd): a member cut off from a quorum then never raises its
+    /// term, so its return does not depose a working leader.
+    pub pre_vote: bool,
 }
 
 /// How the loop tells whoever stopped it that it has: sent once the
@@ -175,7 +179,7 @@ impl Node {
             max_size_per_msg: MAX_SIZE_PER_MSG,
             max_inflight_msgs: MAX_INFLIGHT_MSGS,
             check_quorum: true,
-            pre_vote: true,
+            pre_vote: parts.config.pre_vote,
             // Off: raft-rs 0.7 merges a later append into an earlier one
             // for the same follower even when the earlier carries no
             // entries and the later starts at or below its index (a

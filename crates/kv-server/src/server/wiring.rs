@@ -222,6 +222,7 @@ fn node_config(config: &Config, id: u64, election_ticks: Option<usize>) -> NodeC
         catch_up_entries: config.snapshot_catch_up_entries,
         leader_wait: config.election_timeout() * LEADER_WAIT_ELECTIONS,
         fixed_election_ticks: election_ticks,
+        pre_vote: config.pre_vote,
     }
 }
 
