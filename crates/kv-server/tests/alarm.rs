@@ -144,7 +144,11 @@ async fn walk_through(binary: &Path, base: u16) {
     let (ok, listed, _) = etcdctl(&second, &["alarm", "list"]);
     assert!(ok && listed.trim().is_empty(), "cleared: {listed}");
 
-    let (ok, _, error) = etcdctl(&first, &["put", "again", "refused"]);
+    // A put as large as the one refused: etcd checks the file's size
+    // plus the request's cost against the quota, so a small put can fit
+    // under it where the fill's last put did not.
+    let large = "v".repeat(VALUE_BYTES);
+    let (ok, _, error) = etcdctl(&first, &["put", "again", &large]);
     assert!(!ok && error.contains(NO_SPACE), "still over the quota: {error}");
     let (ok, listed, _) = etcdctl(&second, &["alarm", "list"]);
     assert!(ok && of_members(&nospace_alarms(&listed)), "raised again: {listed}");
