@@ -72,18 +72,37 @@ fn outcomes(binary: &Path, dir: &Path, base: u16, certs: &Certs, revoked: &Pair,
             verdict(certs::tls_accepts(peer, &certs.ca, intruder))
         ),
     ];
-    let log = std::fs::read_to_string(cluster.log_path(0)).expect("the member's log");
     let serial = certs::serial_hex(&revoked.cert);
+    let log = cluster.log_path(0);
     let mut said = seen;
     said.push(format!(
         "logged revoked: {}",
-        log.contains(&format!("transport: certificate serial {serial} revoked"))
+        logged(&log, &format!("transport: certificate serial {serial} revoked"))
     ));
     said.push(format!(
         "logged CN refusal: {}",
-        log.contains("client certificate authentication failed")
+        logged(&log, "client certificate authentication failed")
     ));
     said
+}
+
+/// How long a member may take to log a refused handshake after the
+/// client has seen the refusal (the two race).
+const LOGGED_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether the log at `path` says `line` within [`LOGGED_WITHIN`].
+fn logged(path: &Path, line: &str) -> bool {
+    let deadline = std::time::Instant::now() + LOGGED_WITHIN;
+    loop {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        if log.contains(line) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 #[test]
