@@ -25,6 +25,11 @@ pub const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 /// etcd's default watch progress interval, which it also serves for 0.
 pub const WATCH_PROGRESS_NOTIFY_INTERVAL_DEFAULT: &str = "10m";
 
+/// Learners a cluster may have at once unless `--max-learners` says
+/// otherwise: etcd's default, one being enough to catch a new member up
+/// before it votes.
+pub const LEARNERS_MAX: usize = 1;
+
 #[derive(Debug, Clone, Parser)]
 #[command(name = "kv-server", version, about = "An etcd v3 API server on raft-rs")]
 pub struct Config {
@@ -125,7 +130,7 @@ pub struct Config {
 
     /// Learners the cluster may hold at once (etcd 3.6's flag); MemberAdd
     /// of one more learner gets etcd's "too many learner members".
-    #[arg(long, default_value_t = crate::member::reconfigure::LEARNERS_MAX)]
+    #[arg(long, default_value_t = LEARNERS_MAX)]
     pub max_learners: usize,
 
     /// Compare this member's HashKV with its peers' once it has started;

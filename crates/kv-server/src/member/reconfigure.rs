@@ -17,7 +17,8 @@
 //! Removing the leader first hands leadership to another voter, so the
 //! cluster has a leader throughout (etcd leaves an election to follow).
 //!
-//! At most `--max-learners` learners (default [`LEARNERS_MAX`]), and a learner is promoted only once
+//! At most `--max-learners` learners (default
+//! [`crate::config::LEARNERS_MAX`]), and a learner is promoted only once
 //! its log matches at least [`LEARNER_READY_FRACTION`] of the leader's,
 //! as the leader sees it (a follower forwards the promotion to the
 //! leader).
@@ -37,11 +38,6 @@ use crate::raft::input::NodeInput;
 /// How long a peer must have been connected to count as healthy for a
 /// reconfiguration: etcd's `HealthInterval`.
 pub const RECONFIG_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Learners a cluster may have at once unless `--max-learners` says
-/// otherwise: etcd's default, one being enough to catch a new member up
-/// before it votes.
-pub const LEARNERS_MAX: usize = 1;
 
 /// How close a learner's log must be to the leader's to be promoted:
 /// etcd's `readyPercentThreshold`.
