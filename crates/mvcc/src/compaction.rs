@@ -61,7 +61,7 @@ pub const COMPACTION_BATCH_LIMIT_MAX: usize = 100_000;
 /// members sharing them), a tenth of a core raised put p99 1.32 times
 /// over the quiet loads before it (1.13 over the load after it), and a
 /// twentieth 1.22 times (1.07), the compaction taking 109 and 174 s
-/// (docs/benchmarks.md, fifth round).
+/// (docs/benchmarks-history.md, fifth round).
 pub const COMPACTION_CPU_PERCENT: u32 = 5;
 
 /// One queued part of a compaction.

@@ -1298,7 +1298,7 @@ impl Store {
     /// own overhead. Kept by every commit (`META_STORED_BYTES`): counting
     /// them by reading every item, as this once did about every second,
     /// pulled the whole store through sled's cache, which then kept most
-    /// of it (docs/benchmarks.md, the heap profile of 2026-11-25).
+    /// of it (docs/benchmarks-history.md, the heap profile of 2026-11-25).
     pub fn live_bytes(&self) -> Result<u64> {
         Ok(self.state.read().stored_bytes)
     }

@@ -5,7 +5,7 @@
 //! sled keeps what it reads in its page cache, and its LRU applies the
 //! accesses it queues per shard late, so a walk over a cold store (the
 //! first big LIST, a RangeStream, a HashKV) left most of the store's
-//! values resident, and RSS grew by hundreds of MB (docs/benchmarks.md,
+//! values resident, and RSS grew by hundreds of MB (docs/benchmarks-history.md,
 //! the heap profile of 2026-11-25). Its log also keeps old versions of a
 //! leaf until a fixed-threshold cleaner relocates them, so a
 //! defragmentation's fresh copy was about 1.6 times its bytes in use.
