@@ -114,6 +114,17 @@ pub fn conf_change_refused(conf: &ConfState, change: &ConfChange) -> bool {
     }
 }
 
+/// A configuration change of `kind` for member `id`, carrying its
+/// context: who proposed it (`proposer` 0 and `sequence` 0: nobody waits
+/// for it) and, when it adds a member, that member's record.
+pub fn conf_change(kind: ConfChangeType, id: u64, context: crate::proto::kvserverpb::ConfChangeContext) -> ConfChange {
+    let mut change = ConfChange::default();
+    change.set_change_type(kind);
+    change.node_id = id;
+    change.context = context.encode_to_vec().into();
+    change
+}
+
 impl Membership {
     /// A new cluster's membership, from `--initial-cluster` and
     /// `--initial-cluster-token`; this member is the one named `name`.

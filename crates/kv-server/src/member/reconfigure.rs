@@ -25,12 +25,11 @@
 
 use std::time::Duration;
 
-use prost::Message as _;
-use raft::prelude::{ConfChange, ConfChangeType};
+use raft::prelude::ConfChangeType;
 
 use crate::error::RequestError;
 use crate::member::core::{queue_error, Member};
-use crate::membership::{member_id, Member as ClusterMember, Membership};
+use crate::membership::{conf_change, member_id, Member as ClusterMember, Membership};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::{raft_request, ConfChangeContext, MemberRecord};
 use crate::raft::input::NodeInput;
@@ -215,16 +214,12 @@ impl Member {
         member: Option<MemberRecord>,
     ) -> Result<(), RequestError> {
         let (sequence, answer) = self.waiters.register();
-        let mut change = ConfChange::default();
-        change.set_change_type(kind);
-        change.node_id = id;
-        change.context = ConfChangeContext {
+        let context = ConfChangeContext {
             proposer: self.local_id,
             sequence,
             member,
-        }
-        .encode_to_vec()
-        .into();
+        };
+        let change = conf_change(kind, id, context);
         if let Err(error) = self.node.try_send(NodeInput::ProposeConfChange { sequence, change }) {
             self.waiters.forget(sequence);
             return Err(queue_error(error));

@@ -33,13 +33,12 @@
 
 use std::collections::BTreeSet;
 
-use prost::Message as _;
 use protobuf::Message as _;
 use raft::prelude::{ConfChange, ConfChangeType, Entry, EntryType};
 use raft::{GetEntriesContext, Storage as _};
 
 use crate::error::Error;
-use crate::membership::Membership;
+use crate::membership::{conf_change, conf_change_refused, Membership};
 use crate::proto::kvserverpb::ConfChangeContext;
 use crate::storage::durable_log::DurableLog;
 use crate::storage::layout::DataDir;
@@ -100,48 +99,41 @@ pub fn rewrite(log: &mut DurableLog, applied: u64, membership: &Membership) -> R
 }
 
 /// Voters and learners after the entries in `(from, last]` are applied
-/// to `membership`'s.
+/// to `membership`'s, each change taken or refused by
+/// [`conf_change_refused`] as raft and the apply stage take it.
 fn members_at(
     log: &DurableLog,
     from: u64,
     last: u64,
     membership: &Membership,
 ) -> Result<(BTreeSet<u64>, BTreeSet<u64>), Error> {
-    let conf = membership.conf_state();
-    let mut voters: BTreeSet<u64> = conf.voters.into_iter().collect();
-    let mut learners: BTreeSet<u64> = conf.learners.into_iter().collect();
-    if last <= from {
-        return Ok((voters, learners));
-    }
-    let entries = log
-        .memory
-        .entries(from + 1, last + 1, None, GetEntriesContext::empty(false))?;
-    for entry in entries
-        .iter()
-        .filter(|e| e.get_entry_type() == EntryType::EntryConfChange)
-    {
-        let change = ConfChange::parse_from_bytes(&entry.data).map_err(|e| Error::BadWalEntry {
-            index: entry.index,
-            reason: e.to_string(),
-        })?;
-        let id = change.node_id;
-        match change.get_change_type() {
-            ConfChangeType::AddNode => {
-                learners.remove(&id);
-                voters.insert(id);
+    let mut conf = membership.conf_state();
+    if last > from {
+        let entries = log
+            .memory
+            .entries(from + 1, last + 1, None, GetEntriesContext::empty(false))?;
+        for entry in entries
+            .iter()
+            .filter(|e| e.get_entry_type() == EntryType::EntryConfChange)
+        {
+            let change = ConfChange::parse_from_bytes(&entry.data).map_err(|e| Error::BadWalEntry {
+                index: entry.index,
+                reason: e.to_string(),
+            })?;
+            if conf_change_refused(&conf, &change) {
+                continue;
             }
-            ConfChangeType::AddLearnerNode => {
-                if !voters.contains(&id) {
-                    learners.insert(id);
-                }
-            }
-            ConfChangeType::RemoveNode => {
-                voters.remove(&id);
-                learners.remove(&id);
+            let id = change.node_id;
+            conf.voters.retain(|member| *member != id);
+            conf.learners.retain(|member| *member != id);
+            match change.get_change_type() {
+                ConfChangeType::AddNode => conf.voters.push(id),
+                ConfChangeType::AddLearnerNode => conf.learners.push(id),
+                ConfChangeType::RemoveNode => {}
             }
         }
     }
-    Ok((voters, learners))
+    Ok((conf.voters.into_iter().collect(), conf.learners.into_iter().collect()))
 }
 
 /// One configuration change entry, as `member/reconfigure.rs` proposes
@@ -153,16 +145,12 @@ fn conf_change_entry(
     term: u64,
     index: u64,
 ) -> Entry {
-    let mut change = ConfChange::default();
-    change.set_change_type(kind);
-    change.node_id = id;
-    change.context = ConfChangeContext {
+    let context = ConfChangeContext {
         proposer: 0,
         sequence: 0,
         member,
-    }
-    .encode_to_vec()
-    .into();
+    };
+    let change = conf_change(kind, id, context);
     let mut entry = Entry::default();
     entry.set_entry_type(EntryType::EntryConfChange);
     entry.term = term;
