@@ -128,6 +128,23 @@ pub struct Config {
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub socket_reuse_port: bool,
 
+    /// How long a client connection may stay silent before the member
+    /// pings it (HTTP/2 PING), as etcd's gRPC server does; 0 is etcd's
+    /// default, two hours.
+    #[arg(long, default_value = "2h0m0s", value_parser = parse_duration_or_zero)]
+    pub grpc_keepalive_interval: Duration,
+
+    /// How long the member waits for the answer to its ping before it
+    /// closes the connection; 0 is etcd's default, 20 s.
+    #[arg(long, default_value = "20s", value_parser = parse_duration_or_zero)]
+    pub grpc_keepalive_timeout: Duration,
+
+    /// Streams one client connection may have open at once, advertised
+    /// in HTTP/2's SETTINGS; etcd's default, 4294967295, is no limit and
+    /// is not advertised (`server/client_port.rs`).
+    #[arg(long, default_value_t = u32::MAX)]
+    pub max_concurrent_streams: u32,
+
     /// Learners the cluster may hold at once (etcd 3.6's flag); MemberAdd
     /// of one more learner gets etcd's "too many learner members".
     #[arg(long, default_value_t = LEARNERS_MAX)]

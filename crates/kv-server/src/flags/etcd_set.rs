@@ -147,8 +147,8 @@ pub fn no_effect(name: &str) -> &'static str {
         }
         "downgrade-check-time" => "cluster downgrades are not served",
         "warning-unary-request-duration" => "slow requests are logged when applied (--warning-apply-duration), not again when answered",
-        "grpc-keepalive-interval" | "grpc-keepalive-min-time" | "grpc-keepalive-timeout" | "max-concurrent-streams" => {
-            "gRPC's transport settings are kv-server's own (bounded in server/listener.rs)"
+        "grpc-keepalive-min-time" => {
+            "clients' pings are answered however often they come (HTTP/2's server does not police their rate)"
         }
         "raft-read-timeout" | "raft-write-timeout" => "the peer transport's timeouts are kv-server's own",
         "socket-reuse-address" => "listeners always have SO_REUSEADDR, as Go sets it on etcd's own, so the flag changes nothing there either",

@@ -9,22 +9,109 @@
 //! Each connection's requests carry who the connection is
 //! (`ConnectInfo<ClientIdentity>`) and the connection's own bound on
 //! gateway streams (`ConnectionStreams`).
+//!
+//! [`serve`] runs the connections on hyper's HTTP/1 and HTTP/2 server with
+//! etcd's gRPC transport settings ([`Transport`]): the keepalive ping and
+//! its timeout, and the bound on one connection's concurrent streams.
+//! Stopping, it sends each connection GOAWAY and waits for the requests
+//! in flight.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::time::Duration;
+
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, Version};
 use axum::response::Response;
-use axum::serve::IncomingStream;
 use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tower::{Service, ServiceExt};
 
 use crate::api::gateway::ConnectionStreams;
+use crate::config::Config;
 use crate::server::listener::BoundedListener;
 use crate::tls::ClientIdentity;
+
+/// gRPC's server default for `--grpc-keepalive-interval` 0: two hours.
+const KEEPALIVE_INTERVAL_DEFAULT: Duration = Duration::from_secs(2 * 60 * 60);
+
+/// gRPC's server default for `--grpc-keepalive-timeout` 0: 20 s.
+const KEEPALIVE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(20);
+
+/// The client connections' HTTP/2 settings, from etcd's flags.
+#[derive(Debug, Clone, Copy)]
+pub struct Transport {
+    /// Silence after which the member pings the client.
+    pub keepalive_interval: Duration,
+    /// How long the ping's answer may take before the connection closes.
+    pub keepalive_timeout: Duration,
+    /// Concurrent streams per connection; `None` is no limit, and then
+    /// nothing is advertised, as gRPC does for etcd's default.
+    pub max_concurrent_streams: Option<u32>,
+}
+
+impl Transport {
+    pub fn from_config(config: &Config) -> Transport {
+        let or = |value: Duration, default| if value.is_zero() { default } else { value };
+        Transport {
+            keepalive_interval: or(config.grpc_keepalive_interval, KEEPALIVE_INTERVAL_DEFAULT),
+            keepalive_timeout: or(config.grpc_keepalive_timeout, KEEPALIVE_TIMEOUT_DEFAULT),
+            max_concurrent_streams: (config.max_concurrent_streams != u32::MAX)
+                .then_some(config.max_concurrent_streams),
+        }
+    }
+
+    fn builder(&self) -> Builder<TokioExecutor> {
+        let mut builder = Builder::new(TokioExecutor::new());
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(self.keepalive_interval)
+            .keep_alive_timeout(self.keepalive_timeout)
+            .max_concurrent_streams(self.max_concurrent_streams);
+        builder
+    }
+}
+
+/// Serves `listener`'s connections until `stop` resolves; then sends each
+/// GOAWAY and returns once their requests in flight are answered (the
+/// caller bounds that wait).
+pub async fn serve(
+    mut listener: BoundedListener,
+    port: ClientPort,
+    transport: Transport,
+    stop: impl Future<Output = ()>,
+) {
+    use axum::serve::Listener as _;
+    let builder = transport.builder();
+    let graceful = GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let connection = tokio::select! {
+            (connection, _) = listener.accept() => connection,
+            () = &mut stop => break,
+        };
+        let service = port
+            .connection(connection.identity().clone())
+            .map_request(|request: Request<hyper::body::Incoming>| request.map(axum::body::Body::new));
+        let served =
+            builder.serve_connection_with_upgrades(TokioIo::new(connection), TowerToHyperService::new(service));
+        let served = graceful.watch(served.into_owned());
+        tokio::spawn(async move {
+            if let Err(error) = served.await {
+                tracing::trace!(%error, "client connection ended");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
 
 /// The two sides of a client URL.
 #[derive(Clone)]
@@ -72,20 +159,13 @@ impl Service<Request> for ClientConnection {
     }
 }
 
-impl<'a> Service<IncomingStream<'a, BoundedListener>> for ClientPort {
-    type Response = ClientConnection;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<ClientConnection, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, incoming: IncomingStream<'a, BoundedListener>) -> Self::Future {
-        std::future::ready(Ok(ClientConnection {
+impl ClientPort {
+    /// The service of one connection, made by `identity`.
+    fn connection(&self, identity: ClientIdentity) -> ClientConnection {
+        ClientConnection {
             port: self.clone(),
-            identity: incoming.io().identity().clone(),
+            identity,
             streams: ConnectionStreams::default(),
-        }))
+        }
     }
 }

@@ -416,13 +416,6 @@ impl tonic::transport::server::Connected for Connection {
     }
 }
 
-/// Each request's `ConnectInfo<ClientIdentity>`: who its connection is.
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, BoundedListener>> for ClientIdentity {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, BoundedListener>) -> ClientIdentity {
-        stream.io().identity.clone()
-    }
-}
-
 /// Calls `$method` on whichever stream the connection holds.
 macro_rules! on_stream {
     ($self:ident, $method:ident($($arg:expr),*)) => {

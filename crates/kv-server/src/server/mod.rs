@@ -12,7 +12,8 @@
 //! - [`listener`]: the client and peer ports' listeners (TCP and Unix
 //!   sockets), bounded in connections, with TLS.
 //! - [`client_port`]: what a client connection serves: gRPC, or plain
-//!   HTTP and the gateway, split by each request's kind.
+//!   HTTP and the gateway, split by each request's kind; and the HTTP/2
+//!   transport settings (keepalive, streams) its connections run with.
 //! - [`restore`]: `kv-server snapshot restore`, a new member's data
 //!   directory from a saved snapshot.
 

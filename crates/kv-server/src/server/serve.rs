@@ -46,7 +46,7 @@ use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::proto::v3electionpb::election_server::ElectionServer;
 use crate::proto::v3lockpb::lock_server::LockServer;
 use crate::raft::input::NodeInput;
-use crate::server::client_port::ClientPort;
+use crate::server::client_port::{self, ClientPort, Transport};
 use crate::server::listener::{BoundedListener, Listen, ListenerTls, CLIENT_CONNECTIONS_MAX, PEER_CONNECTIONS_MAX};
 use crate::server::tasks;
 use crate::storage::layout::DataDir;
@@ -238,6 +238,7 @@ async fn serve_clients(
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, Error> {
     let mut servers = Vec::new();
     let port = client_port(member, health_service);
+    let transport = Transport::from_config(member.config());
     for url in config::urls(&member.config().listen_client_urls) {
         let tls = &member.config().tls;
         let tls = tls_for(&url, || tls.client_server_config(), || tls.client_admission())?;
@@ -252,9 +253,7 @@ async fn serve_clients(
             let stopped = async move {
                 let _ = stop.wait_for(|stopping| *stopping).await;
             };
-            if let Err(error) = axum::serve(listener, port).with_graceful_shutdown(stopped).await {
-                tracing::error!(%error, "client server stopped");
-            }
+            client_port::serve(listener, port, transport, stopped).await;
         }));
         tracing::info!("ready to serve client requests");
         let address = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
