@@ -55,6 +55,11 @@ pub struct Config {
     /// Comma-separated URLs to listen on for client traffic.
     #[arg(long, default_value = "http://localhost:2379")]
     pub listen_client_urls: String,
+    /// Comma-separated URLs that serve HTTP only (`/health`, `/metrics`,
+    /// the gRPC-JSON gateway); when set, --listen-client-urls serve gRPC
+    /// only, as etcd splits them.
+    #[arg(long, default_value = "")]
+    pub listen_client_http_urls: String,
     /// Comma-separated client URLs to advertise to the cluster.
     #[arg(long, default_value = "http://localhost:2379")]
     pub advertise_client_urls: String,
@@ -360,8 +365,18 @@ pub fn socket_addr(url: &str) -> Result<SocketAddr, String> {
 /// rather than serve them differently).
 pub fn check_listen_urls(config: &Config) -> Result<(), crate::error::Error> {
     let refuse = |flag, reason| crate::error::Error::Flag { flag, reason };
+    let mut grpc = Vec::new();
     for url in urls(&config.listen_client_urls) {
-        listen_addr(&url).map_err(|reason| refuse("listen-client-urls", reason))?;
+        grpc.push(listen_addr(&url).map_err(|reason| refuse("listen-client-urls", reason))?);
+    }
+    for url in urls(&config.listen_client_http_urls) {
+        let address = listen_addr(&url).map_err(|reason| refuse("listen-client-http-urls", reason))?;
+        if grpc.contains(&address) {
+            return Err(refuse(
+                "listen-client-http-urls",
+                format!("cannot bind both --client-listen-urls and --client-listen-http-urls on the same url {url}"),
+            ));
+        }
     }
     for (flag, list) in [
         ("listen-peer-urls", &config.listen_peer_urls),

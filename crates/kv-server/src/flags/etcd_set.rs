@@ -127,7 +127,6 @@ pub fn no_effect(name: &str) -> &'static str {
         "proxy" | "proxy-dial-timeout" | "proxy-failure-wait" | "proxy-read-timeout" | "proxy-refresh-interval"
         | "proxy-write-timeout" => "the v2 proxy mode is not served",
         "enable-pprof" => "there is no Go runtime to profile; use perf on the process",
-        "listen-client-http-urls" => "HTTP is served on the same listeners as gRPC (--listen-client-urls)",
         "client-cert-file" | "client-key-file" => {
             "nothing in kv-server dials its own client port (the gateway is served inside the member), so there is no connection to show it on"
         }

@@ -10,6 +10,12 @@
 //! (`ConnectInfo<ClientIdentity>`) and the connection's own bound on
 //! gateway streams (`ConnectionStreams`).
 //!
+//! With `--listen-client-http-urls` set, etcd splits the two sides
+//! ([`Traffic`]): the client URLs serve gRPC only (HTTP/2 only, and every
+//! request goes to the gRPC services), the HTTP URLs plain HTTP only
+//! (HTTP/1 only unless TLS, where ALPN may pick HTTP/2), as etcd's
+//! listeners do.
+//!
 //! [`serve`] runs the connections on hyper's HTTP/1 and HTTP/2 server with
 //! etcd's gRPC transport settings ([`Transport`]): the keepalive ping and
 //! its timeout, and the bound on one connection's concurrent streams.
@@ -67,8 +73,15 @@ impl Transport {
         }
     }
 
-    fn builder(&self) -> Builder<TokioExecutor> {
+    /// The server for one listener: `tls` says whether its connections
+    /// are TLS, where ALPN, not the listener, picks the HTTP version.
+    pub fn builder(&self, traffic: Traffic, tls: bool) -> Builder<TokioExecutor> {
         let mut builder = Builder::new(TokioExecutor::new());
+        builder = match (traffic, tls) {
+            (Traffic::Grpc, _) => builder.http2_only(),
+            (Traffic::Http, false) => builder.http1_only(),
+            _ => builder,
+        };
         builder
             .http2()
             .timer(TokioTimer::new())
@@ -79,17 +92,18 @@ impl Transport {
     }
 }
 
-/// Serves `listener`'s connections until `stop` resolves; then sends each
+/// Serves `listener`'s connections (`traffic`, on `builder`: see
+/// [`Transport::builder`]) until `stop` resolves; then sends each
 /// GOAWAY and returns once their requests in flight are answered (the
 /// caller bounds that wait).
 pub async fn serve(
     mut listener: BoundedListener,
     port: ClientPort,
-    transport: Transport,
+    traffic: Traffic,
+    builder: Builder<TokioExecutor>,
     stop: impl Future<Output = ()>,
 ) {
     use axum::serve::Listener as _;
-    let builder = transport.builder();
     let graceful = GracefulShutdown::new();
     let mut stop = std::pin::pin!(stop);
     loop {
@@ -98,10 +112,9 @@ pub async fn serve(
             () = &mut stop => break,
         };
         let service = port
-            .connection(connection.identity().clone())
+            .connection(traffic, connection.identity().clone())
             .map_request(|request: Request<hyper::body::Incoming>| request.map(axum::body::Body::new));
-        let served =
-            builder.serve_connection_with_upgrades(TokioIo::new(connection), TowerToHyperService::new(service));
+        let served = builder.serve_connection(TokioIo::new(connection), TowerToHyperService::new(service));
         let served = graceful.watch(served.into_owned());
         tokio::spawn(async move {
             if let Err(error) = served.await {
@@ -120,6 +133,28 @@ pub struct ClientPort {
     pub http: Router,
 }
 
+/// What one client URL serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Traffic {
+    /// Both sides, split per request: etcd's default.
+    GrpcAndHttp,
+    /// gRPC only: a client URL when HTTP URLs are set apart.
+    Grpc,
+    /// Plain HTTP only: `--listen-client-http-urls`.
+    Http,
+}
+
+impl Traffic {
+    /// The `traffic` field of etcd's "serving client traffic" line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Traffic::GrpcAndHttp => "grpc+http",
+            Traffic::Grpc => "grpc",
+            Traffic::Http => "http",
+        }
+    }
+}
+
 /// Whether `request` is a gRPC call.
 fn is_grpc(request: &Request) -> bool {
     request.version() == Version::HTTP_2
@@ -133,6 +168,7 @@ fn is_grpc(request: &Request) -> bool {
 #[derive(Clone)]
 pub struct ClientConnection {
     port: ClientPort,
+    traffic: Traffic,
     identity: ClientIdentity,
     streams: ConnectionStreams,
 }
@@ -150,7 +186,12 @@ impl Service<Request> for ClientConnection {
         let extensions = request.extensions_mut();
         extensions.insert(ConnectInfo(self.identity.clone()));
         extensions.insert(self.streams.clone());
-        let side = if is_grpc(&request) {
+        let grpc = match self.traffic {
+            Traffic::GrpcAndHttp => is_grpc(&request),
+            Traffic::Grpc => true,
+            Traffic::Http => false,
+        };
+        let side = if grpc {
             self.port.grpc.clone()
         } else {
             self.port.http.clone()
@@ -161,9 +202,10 @@ impl Service<Request> for ClientConnection {
 
 impl ClientPort {
     /// The service of one connection, made by `identity`.
-    fn connection(&self, identity: ClientIdentity) -> ClientConnection {
+    fn connection(&self, traffic: Traffic, identity: ClientIdentity) -> ClientConnection {
         ClientConnection {
             port: self.clone(),
+            traffic,
             identity,
             streams: ConnectionStreams::default(),
         }

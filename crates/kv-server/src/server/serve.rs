@@ -46,7 +46,7 @@ use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
 use crate::proto::v3electionpb::election_server::ElectionServer;
 use crate::proto::v3lockpb::lock_server::LockServer;
 use crate::raft::input::NodeInput;
-use crate::server::client_port::{self, ClientPort, Transport};
+use crate::server::client_port::{self, ClientPort, Traffic, Transport};
 use crate::server::listener::{BoundedListener, Listen, ListenerTls, CLIENT_CONNECTIONS_MAX, PEER_CONNECTIONS_MAX};
 use crate::server::tasks;
 use crate::storage::layout::DataDir;
@@ -239,35 +239,58 @@ async fn serve_clients(
     let mut servers = Vec::new();
     let port = client_port(member, health_service);
     let transport = Transport::from_config(member.config());
-    for url in config::urls(&member.config().listen_client_urls) {
-        let tls = &member.config().tls;
-        let tls = tls_for(&url, || tls.client_server_config(), || tls.client_admission())?;
-        let listener = bind(&url, "listen-client-urls", member.config().socket_reuse_port)?;
+    let config = member.config();
+    let split = !config::urls(&config.listen_client_http_urls).is_empty();
+    let client_traffic = if split { Traffic::Grpc } else { Traffic::GrpcAndHttp };
+    let urls = config::urls(&config.listen_client_urls)
+        .into_iter()
+        .map(|url| (url, client_traffic));
+    let http_urls = config::urls(&config.listen_client_http_urls)
+        .into_iter()
+        .map(|url| (url, Traffic::Http));
+    for (url, traffic) in urls.chain(http_urls) {
+        let flag = if traffic == Traffic::Http {
+            "listen-client-http-urls"
+        } else {
+            "listen-client-urls"
+        };
+        let tls = tls_for(
+            &url,
+            || config.tls.client_server_config(),
+            || config.tls.client_admission(),
+        )?;
+        let listener = bind(&url, flag, config.socket_reuse_port)?;
         let listener = BoundedListener::new(listener, CLIENT_CONNECTIONS_MAX, tls).map_err(|source| Error::Listen {
             url: url.clone(),
             source,
         })?;
-        let port = port.clone();
+        let (port, builder) = (port.clone(), transport.builder(traffic, config::is_tls(&url)));
         let mut stop = stop.clone();
         servers.push(tokio::spawn(async move {
             let stopped = async move {
                 let _ = stop.wait_for(|stopping| *stopping).await;
             };
-            client_port::serve(listener, port, transport, stopped).await;
+            client_port::serve(listener, port, traffic, builder, stopped).await;
         }));
-        tracing::info!("ready to serve client requests");
-        let address = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
-        if config::is_tls(&url) {
-            tracing::info!(traffic = "grpc+http", address, "serving client traffic securely");
-        } else {
-            tracing::info!(
-                traffic = "grpc+http",
-                address,
-                "serving client traffic insecurely; this is strongly discouraged!"
-            );
-        }
+        log_serving(&url, traffic);
     }
     Ok(servers)
+}
+
+/// etcd's lines for a client URL that is ready.
+fn log_serving(url: &str, traffic: Traffic) {
+    tracing::info!("ready to serve client requests");
+    let address = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let traffic = traffic.name();
+    if config::is_tls(url) {
+        tracing::info!(traffic, address, "serving client traffic securely");
+    } else {
+        tracing::info!(
+            traffic,
+            address,
+            "serving client traffic insecurely; this is strongly discouraged!"
+        );
+    }
 }
 
 /// The client port's two sides (`client_port.rs`): etcd's gRPC services,

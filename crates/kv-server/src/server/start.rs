@@ -32,10 +32,9 @@ pub const PEER_RUNTIME_WORKERS: usize = 1;
 pub fn run(mut config: Config) -> Result<(), Error> {
     refuse_before_start(&config)?;
     // Auto-TLS's files are the first thing written to the data directory.
-    let (client_urls, peer_urls) = (
-        crate::config::urls(&config.listen_client_urls),
-        crate::config::urls(&config.listen_peer_urls),
-    );
+    let mut client_urls = crate::config::urls(&config.listen_client_urls);
+    client_urls.extend(crate::config::urls(&config.listen_client_http_urls));
+    let peer_urls = crate::config::urls(&config.listen_peer_urls);
     config
         .tls
         .make_auto_files(&config.data_dir(), &client_urls, &peer_urls)?;
