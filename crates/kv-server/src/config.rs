@@ -160,6 +160,12 @@ pub struct Config {
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub experimental_initial_corrupt_check: bool,
 
+    /// While a defragmentation runs, report the gRPC health service as
+    /// NOT_SERVING, so clients that check it go to another member (etcd
+    /// 3.5's flag; 3.6's `StopGRPCServiceOnDefrag` gate).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub experimental_stop_grpc_service_on_defrag: bool,
+
     /// A directory of its own for the WAL (etcd's advice: a disk of its
     /// own); everything else stays in --data-dir.
     #[arg(long)]

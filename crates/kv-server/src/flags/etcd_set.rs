@@ -140,7 +140,6 @@ pub fn no_effect(name: &str) -> &'static str {
         "compact-hash-check-enabled" | "compact-hash-check-time" => {
             "the corruption check compares whole-store hashes (--corrupt-check-time)"
         }
-        "stop-grpc-service-on-defrag" => "defragment never stops the gRPC services here",
         "enable-lease-checkpoint" | "enable-lease-checkpoint-persist" => {
             "kv-server does not checkpoint lease TTLs through raft"
         }
@@ -180,7 +179,9 @@ pub fn markdown(honoured: &[String]) -> String {
             Disposition::Honoured(_) => "honoured".to_string(),
             Disposition::Renamed(old) => format!("honoured, as --{old}"),
             Disposition::Special => match flag.name {
-                "feature-gates" => "honoured: InitialCorruptCheck; other gates are logged as no effect".into(),
+                "feature-gates" => {
+                    "honoured: InitialCorruptCheck, StopGRPCServiceOnDefrag; other gates are logged as no effect".into()
+                }
                 "config-file" => "honoured: etcd's YAML; other flags and variables are then ignored".into(),
                 _ => "honoured".into(),
             },

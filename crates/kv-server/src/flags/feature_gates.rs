@@ -2,9 +2,9 @@
 //! `--experimental-*` flags: `Name=bool,Other=bool`, with etcd 3.7.3's
 //! gate names and its errors (`pkg/featuregate`).
 //!
-//! `InitialCorruptCheck` is honoured (it is 3.5's
-//! `--experimental-initial-corrupt-check`). Every other gate is accepted
-//! and logged as having no effect, with the reason in [`GATES`].
+//! The gates in [`HONOURED`] set the 3.5 flag they replaced. Every other
+//! gate is accepted and logged as having no effect, with the reason in
+//! [`GATES`].
 
 use super::go_syntax::parse_bool;
 
@@ -13,7 +13,7 @@ use super::go_syntax::parse_bool;
 pub const GATES: &[(&str, &str)] = &[
     (
         "AllAlpha",
-        "sets every alpha gate; only InitialCorruptCheck has an effect here",
+        "sets every alpha gate; InitialCorruptCheck and StopGRPCServiceOnDefrag have an effect here",
     ),
     ("AllBeta", "sets every beta gate; none has an effect here"),
     (
@@ -26,7 +26,7 @@ pub const GATES: &[(&str, &str)] = &[
     ),
     (
         "StopGRPCServiceOnDefrag",
-        "no effect: defragment never stops the gRPC services here",
+        "honoured: as --experimental-stop-grpc-service-on-defrag",
     ),
     (
         "TxnModeWriteWithSharedBuffer",
@@ -68,13 +68,25 @@ pub fn parse(value: &str) -> Result<Vec<(&'static str, bool)>, String> {
     Ok(set)
 }
 
-/// Whether the gates turn on the initial corruption check.
-pub fn initial_corrupt_check(gates: &[(&str, bool)]) -> Option<bool> {
-    gates
+/// The alpha gates kv-server honours, each with the 3.5 flag it sets.
+pub const HONOURED: &[(&str, &str)] = &[
+    ("InitialCorruptCheck", "experimental-initial-corrupt-check"),
+    ("StopGRPCServiceOnDefrag", "experimental-stop-grpc-service-on-defrag"),
+];
+
+/// The flags the gates set: for each honoured gate the last of its own
+/// setting and `AllAlpha`'s, as etcd applies them in order.
+pub fn honoured_flags(gates: &[(&str, bool)]) -> Vec<(&'static str, bool)> {
+    HONOURED
         .iter()
-        .rev()
-        .find(|(name, _)| *name == "InitialCorruptCheck" || *name == "AllAlpha")
-        .map(|(_, on)| *on)
+        .filter_map(|(gate, flag)| {
+            gates
+                .iter()
+                .rev()
+                .find(|(name, _)| name == gate || *name == "AllAlpha")
+                .map(|(_, on)| (*flag, *on))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -86,9 +98,15 @@ mod tests {
     fn etcd_gates() {
         let gates = parse("InitialCorruptCheck=true, CompactHashCheck=false,").unwrap();
         assert_eq!(gates, [("InitialCorruptCheck", true), ("CompactHashCheck", false)]);
-        assert_eq!(initial_corrupt_check(&gates), Some(true));
-        assert_eq!(initial_corrupt_check(&parse("AllAlpha=false").unwrap()), Some(false));
-        assert_eq!(initial_corrupt_check(&parse("LeaseCheckpoint=1").unwrap()), None);
+        assert_eq!(honoured_flags(&gates), [("experimental-initial-corrupt-check", true)]);
+        assert_eq!(
+            honoured_flags(&parse("AllAlpha=false,StopGRPCServiceOnDefrag=true").unwrap()),
+            [
+                ("experimental-initial-corrupt-check", false),
+                ("experimental-stop-grpc-service-on-defrag", true)
+            ]
+        );
+        assert_eq!(honoured_flags(&parse("LeaseCheckpoint=1").unwrap()), []);
         assert_eq!(parse("Nope=true").unwrap_err(), "unrecognized feature gate: Nope");
         assert_eq!(
             parse("InitialCorruptCheck").unwrap_err(),

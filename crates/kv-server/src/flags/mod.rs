@@ -181,10 +181,11 @@ fn canonical(settings: &[Setting], flags: &[etcd_set::EtcdFlag]) -> Result<(Vec<
                         setting.value
                     ))
                 })?;
-                if let Some(on) = feature_gates::initial_corrupt_check(&gates) {
-                    args.push(format!("--experimental-initial-corrupt-check={on}"));
+                for (flag, on) in feature_gates::honoured_flags(&gates) {
+                    args.push(format!("--{flag}={on}"));
                 }
-                for (gate, _) in gates.iter().filter(|(gate, _)| *gate != "InitialCorruptCheck") {
+                let honoured = |gate: &str| feature_gates::HONOURED.iter().any(|(name, _)| *name == gate);
+                for (gate, _) in gates.iter().filter(|(gate, _)| !honoured(gate)) {
                     let reason = feature_gates::GATES
                         .iter()
                         .find(|(name, _)| name == gate)

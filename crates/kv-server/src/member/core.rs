@@ -67,6 +67,12 @@ pub struct MemberParts {
     pub clock: Arc<dyn Clock>,
 }
 
+/// How long a defragmentation waits for the gRPC health status to turn
+/// NOT_SERVING: the health task turns it as soon as it is told, in
+/// microseconds; a second means that task is stuck, and the
+/// defragmentation goes ahead rather than hang.
+const HEALTH_REPORT_WAIT: Duration = Duration::from_secs(1);
+
 pub struct Member {
     pub(super) config: Config,
     /// This member's and its cluster's ids, fixed for its lifetime.
@@ -97,6 +103,13 @@ pub struct Member {
     pub(super) leader_channels: PeerChannels,
     pub(super) lease_ids: LeaseIds,
     pub(super) clock: Arc<dyn Clock>,
+    /// True while a defragmentation runs, with
+    /// --experimental-stop-grpc-service-on-defrag: the gRPC health status
+    /// follows it (`server/tasks.rs`).
+    defragmenting: tokio::sync::watch::Sender<bool>,
+    /// What the health status last accounted for of `defragmenting`: a
+    /// defragmentation starts once NOT_SERVING is reported.
+    defrag_reported: tokio::sync::watch::Sender<bool>,
     halt: Halt,
 }
 
@@ -143,6 +156,8 @@ impl Member {
             leader_channels,
             lease_ids: LeaseIds::new(local_id, parts.clock.since_epoch()),
             clock: parts.clock,
+            defragmenting: tokio::sync::watch::Sender::new(false),
+            defrag_reported: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -329,10 +344,32 @@ impl Member {
     /// etcd's Defragment, of this member's store only: writes and reads
     /// wait while it runs. The sizes Status reports are sampled again at
     /// once.
+    /// Whether a defragmentation runs (with
+    /// --experimental-stop-grpc-service-on-defrag), and its changes.
+    pub fn defragmenting(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.defragmenting.subscribe()
+    }
+
+    /// The health status now accounts for `defragmenting` being `active`.
+    pub fn report_defrag(&self, active: bool) {
+        self.defrag_reported.send_replace(active);
+    }
+
     pub async fn defragment(self: &Arc<Self>) -> Result<(), RequestError> {
+        let stop_serving = self.config.experimental_stop_grpc_service_on_defrag;
+        if stop_serving {
+            // etcd turns the status before it starts, so no client is
+            // told SERVING while the defragmentation runs.
+            self.defragmenting.send_replace(true);
+            let mut reported = self.defrag_reported.subscribe();
+            let _ = tokio::time::timeout(HEALTH_REPORT_WAIT, reported.wait_for(|active| *active)).await;
+        }
         let member = self.clone();
-        let done = tokio::task::spawn_blocking(move || member.defragment_blocking());
-        done.await.map_err(|_| RequestError::Stopped)??;
+        let done = tokio::task::spawn_blocking(move || member.defragment_blocking()).await;
+        if stop_serving {
+            self.defragmenting.send_replace(false);
+        }
+        done.map_err(|_| RequestError::Stopped)??;
         Ok(())
     }
 

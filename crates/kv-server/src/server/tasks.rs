@@ -62,21 +62,38 @@ pub fn spawn(member: Arc<Member>, health: HealthReporter) {
     }
 }
 
-/// The gRPC health status: serving while a leader is known.
+/// The gRPC health status: serving while a leader is known and, with
+/// --experimental-stop-grpc-service-on-defrag, no defragmentation runs.
+/// Each change is logged with etcd's line.
 async fn follow_health(member: Arc<Member>, health: HealthReporter) {
+    let stop_on_defrag = member.config().experimental_stop_grpc_service_on_defrag;
+    let mut defragmenting = member.defragmenting();
     let mut serving = false;
     loop {
-        let now = member.leader() != 0;
+        let defrag_active = stop_on_defrag && *defragmenting.borrow_and_update();
+        let leader_known = member.leader() != 0;
+        let now = leader_known && !defrag_active;
         if now != serving {
-            let status = if now {
-                ServingStatus::Serving
+            if now {
+                tracing::info!(service = "", status = "SERVING", "grpc service status changed");
+                health.set_service_status("", ServingStatus::Serving).await;
             } else {
-                ServingStatus::NotServing
-            };
-            health.set_service_status("", status).await;
+                let reason = if defrag_active { "defrag is active" } else { "no leader" };
+                tracing::warn!(
+                    service = "",
+                    status = "NOT_SERVING",
+                    reason,
+                    "grpc service status changed"
+                );
+                health.set_service_status("", ServingStatus::NotServing).await;
+            }
             serving = now;
         }
-        tokio::time::sleep(HEALTH_POLL).await;
+        member.report_defrag(defrag_active);
+        tokio::select! {
+            _ = defragmenting.changed() => {}
+            () = tokio::time::sleep(HEALTH_POLL) => {}
+        }
     }
 }
 
