@@ -11,6 +11,9 @@
 //!   name sets the same setting;
 //! - **special**: `--config-file`, `--feature-gates` and `--version`,
 //!   handled by the front end itself;
+//! - **refused when set**: accepted empty, refused at start with the
+//!   reason from [`refused_when_set`] otherwise (etcd's discovery: a
+//!   member that ignored it would bootstrap a cluster of its own);
 //! - **no effect**: accepted, with one logged line giving the reason
 //!   from [`no_effect`].
 //!
@@ -45,6 +48,8 @@ pub enum Disposition {
     Renamed(&'static str),
     /// Read by the front end: `config-file`, `feature-gates`, `version`.
     Special,
+    /// Accepted empty; any value is refused at start, with the reason.
+    RefusedWhenSet(&'static str),
     /// Accepted and logged, with the reason.
     NoEffect(&'static str),
 }
@@ -108,7 +113,16 @@ pub fn disposition(name: &'static str, honoured: &[String]) -> Disposition {
     if let Some((_, target)) = RENAMED.iter().find(|(new, _)| *new == name) {
         return Disposition::Renamed(target);
     }
+    if let Some(reason) = refused_when_set(name) {
+        return Disposition::RefusedWhenSet(reason);
+    }
     Disposition::NoEffect(no_effect(name))
+}
+
+/// Why a flag of etcd's is refused when given a value, if it is.
+pub fn refused_when_set(name: &str) -> Option<&'static str> {
+    matches!(name, "discovery" | "discovery-srv" | "discovery-endpoints")
+        .then_some("discovery is not served: list the members with --initial-cluster")
 }
 
 /// Why a flag of etcd's has no effect on kv-server.
@@ -152,7 +166,9 @@ pub fn no_effect(name: &str) -> &'static str {
         "socket-reuse-address" => "listeners always have SO_REUSEADDR, as Go sets it on etcd's own, so the flag changes nothing there either",
         "enable-distributed-tracing" | "distributed-tracing-address" | "distributed-tracing-instance-id"
         | "distributed-tracing-sampling-rate" | "distributed-tracing-service-name" => "OpenTelemetry tracing is not served",
-        _ if stem.starts_with("discovery") => "discovery is not served: list the members with --initial-cluster",
+        _ if stem.starts_with("discovery") => {
+            "a setting of discovery, which is not served (--discovery, --discovery-srv and --discovery-endpoints are refused at start)"
+        }
         _ => "not served by kv-server",
     }
 }
@@ -185,6 +201,7 @@ pub fn markdown(honoured: &[String]) -> String {
                 "config-file" => "honoured: etcd's YAML; other flags and variables are then ignored".into(),
                 _ => "honoured".into(),
             },
+            Disposition::RefusedWhenSet(reason) => format!("refused at start when set: {reason}"),
             Disposition::NoEffect(reason) => format!("no effect: {reason}"),
         };
         let tick = |on: bool| if on { "yes" } else { "" };

@@ -194,6 +194,10 @@ fn canonical(settings: &[Setting], flags: &[etcd_set::EtcdFlag]) -> Result<(Vec<
                 }
             }
             Disposition::Special => {}
+            Disposition::RefusedWhenSet(_) if setting.value.is_empty() => {}
+            Disposition::RefusedWhenSet(reason) => {
+                return Err(FlagError::Value(format!("--{}: {reason}", flag.name)));
+            }
             Disposition::NoEffect(reason) => {
                 notes.push(format!("flag --{} has no effect here: {reason}", flag.name));
             }

@@ -30,7 +30,8 @@ fn sample(flag: &etcd_set::EtcdFlag) -> String {
 }
 
 // Goal: no flag of etcd 3.5.17's or 3.7.3's flag sets is refused, in
-// any of Go's spellings, and each is either honoured or logged.
+// any of Go's spellings, and each is either honoured or logged; but the
+// discovery flags, given a value, are refused with the reason.
 #[test]
 fn no_etcd_flag_is_refused() {
     let honoured = honoured();
@@ -49,6 +50,12 @@ fn no_etcd_flag_is_refused() {
                 vec![format!("-{}", flag.name), sample(&flag)],
             ],
         };
+        if let Disposition::RefusedWhenSet(reason) = etcd_set::disposition(flag.name, &honoured) {
+            let error = parse(&[format!("--{}=x", flag.name)], &[]).expect_err("a value is refused");
+            assert_eq!(error.to_string(), format!("--{}: {reason}", flag.name));
+            parse(&[format!("--{}=", flag.name)], &[]).unwrap_or_else(|error| panic!("empty refused: {error}"));
+            continue;
+        }
         for args in spellings {
             let parsed = parse(&args, &[]).unwrap_or_else(|error| panic!("{args:?} refused: {error}"));
             if let Disposition::NoEffect(reason) = etcd_set::disposition(flag.name, &honoured) {
