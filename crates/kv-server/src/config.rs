@@ -186,6 +186,11 @@ pub struct Config {
     #[arg(long, default_value = "100ms", value_parser = parse_duration)]
     pub experimental_warning_apply_duration: Duration,
 
+    /// A unary call slower than this is logged ("request stats", with
+    /// what it asked and answered), as etcd 3.6 does.
+    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    pub warning_unary_request_duration: Duration,
+
     /// `extensive` adds `grpc_server_handling_seconds` to the metrics, as
     /// etcd does; anything else serves etcd's basic set.
     #[arg(long, default_value = "basic")]

@@ -9,11 +9,13 @@
 //! serializable ones read locally.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tonic::{Request, Response, Status};
 
 use crate::api::errors::store_status;
 use crate::api::range_stream::{range_stream, RangeStream};
+use crate::api::request_stats::{self, Stats};
 use crate::auth::perms::Access;
 use crate::member::auth::txn_touches;
 use crate::member::core::Member;
@@ -37,6 +39,21 @@ fn txn_is_read_only(request: &pb::TxnRequest) -> bool {
         .all(|op| matches!(op.request, Some(Request::RequestRange(_))))
 }
 
+impl KvService {
+    /// Whether a call that started at `started` is slow enough to log.
+    fn slow(&self, started: Instant) -> bool {
+        request_stats::slow(started, self.member.config().warning_unary_request_duration)
+    }
+}
+
+/// `response` with `stats` for its "request stats" line, if it has any.
+fn with_stats<T>(mut response: Response<T>, stats: Option<Stats>) -> Response<T> {
+    if let Some(stats) = stats {
+        response.extensions_mut().insert(stats);
+    }
+    response
+}
+
 #[tonic::async_trait]
 impl Kv for KvService {
     type RangeStreamStream = RangeStream;
@@ -56,8 +73,14 @@ impl Kv for KvService {
             .member
             .authorize(request.metadata(), request.extensions(), &[touch])
             .await?;
-        let response = self.member.range(request.into_inner(), &caller).await?;
-        Ok(Response::new(response))
+        let started = Instant::now();
+        let request = request.into_inner();
+        // What the "request stats" line needs of the request, should the
+        // call be slow: the request is the member's once it is called.
+        let sketch = request.clone();
+        let response = self.member.range(request, &caller).await?;
+        let stats = self.slow(started).then(|| Stats::range(&sketch, &response));
+        Ok(with_stats(Response::new(response), stats))
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
@@ -78,7 +101,9 @@ impl Kv for KvService {
                 .authorize(request.metadata(), request.extensions(), &touches)
                 .await?
         };
+        let started = Instant::now();
         let request = request.into_inner();
+        let (sketch, value_size) = request_stats::put_sketch(&request);
         mvcc::validate::check_put_fields(&mvcc::validate::PutFields {
             key: &request.key,
             value: &request.value,
@@ -95,7 +120,9 @@ impl Kv for KvService {
         {
             mvcc::WriteResponse::Put(response) => {
                 let header = self.member.header(response.revision);
-                Ok(Response::new(convert::put_response(response, header)))
+                let response = convert::put_response(response, header);
+                let stats = self.slow(started).then(|| Stats::put(&sketch, value_size, &response));
+                Ok(with_stats(Response::new(response), stats))
             }
             other => unreachable!("a put answered {other:?}"),
         }
@@ -115,10 +142,12 @@ impl Kv for KvService {
                 .authorize(request.metadata(), request.extensions(), &touches)
                 .await?
         };
+        let started = Instant::now();
         let request = request.into_inner();
         if request.key.is_empty() {
             return Err(store_status(&mvcc::Error::EmptyKey));
         }
+        let sketch = request.clone();
         match self
             .member
             .propose_as(raft_request::Request::DeleteRange(request), &caller)
@@ -126,7 +155,9 @@ impl Kv for KvService {
         {
             mvcc::WriteResponse::DeleteRange(response) => {
                 let header = self.member.header(response.revision);
-                Ok(Response::new(convert::delete_range_response(response, header)))
+                let response = convert::delete_range_response(response, header);
+                let stats = self.slow(started).then(|| Stats::delete_range(&sketch, &response));
+                Ok(with_stats(Response::new(response), stats))
             }
             other => unreachable!("a delete answered {other:?}"),
         }
@@ -139,9 +170,14 @@ impl Kv for KvService {
             .authorize(request.metadata(), request.extensions(), &touches)
             .await?;
         drop(touches);
+        let started = Instant::now();
         let request = request.into_inner();
+        let (sketch, sizes) = request_stats::txn_sketch(&request);
+        let txn_stats = |response: &pb::TxnResponse| self.slow(started).then(|| Stats::txn(&sketch, &sizes, response));
         if txn_is_read_only(&request) {
-            return Ok(Response::new(self.member.read_txn(request, &caller).await?));
+            let response = self.member.read_txn(request, &caller).await?;
+            let stats = txn_stats(&response);
+            return Ok(with_stats(Response::new(response), stats));
         }
         let checked = convert::txn_request(request.clone()).map_err(|e| store_status(&e))?;
         mvcc::validate::check_txn(&checked, self.member.config().max_txn_ops).map_err(|e| store_status(&e))?;
@@ -156,7 +192,9 @@ impl Kv for KvService {
         {
             mvcc::WriteResponse::Txn(response) => {
                 let header = self.member.header(response.revision);
-                Ok(Response::new(convert::txn_response(response, header)))
+                let response = convert::txn_response(response, header);
+                let stats = txn_stats(&response);
+                Ok(with_stats(Response::new(response), stats))
             }
             other => unreachable!("a txn answered {other:?}"),
         }

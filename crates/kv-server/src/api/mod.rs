@@ -12,7 +12,8 @@
 //! - [`http`]: `/version` and `/metrics`; [`health`]: `/health`,
 //!   `/livez` and `/readyz`; [`access`]: etcd's CORS and `Host` checks
 //!   on the client port's HTTP.
-//! - [`learner`]: what a learner refuses, as etcd's interceptors do.
+//! - [`learner`]: what a learner refuses, as etcd's interceptors do;
+//!   [`request_stats`]: etcd's "request stats" line for slow calls.
 //! - [`peer`]: the service other members call (raft streams, snapshots,
 //!   forwarded lease calls).
 //! - [`errors`]: errors as gRPC statuses with etcd's codes.
@@ -31,4 +32,5 @@ pub mod maintenance;
 pub mod peer;
 pub mod range_stream;
 pub mod recipes;
+pub mod request_stats;
 pub mod watch;

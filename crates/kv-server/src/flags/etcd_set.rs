@@ -158,7 +158,6 @@ pub fn no_effect(name: &str) -> &'static str {
             "kv-server does not checkpoint lease TTLs through raft"
         }
         "downgrade-check-time" => "cluster downgrades are not served",
-        "warning-unary-request-duration" => "slow requests are logged when applied (--warning-apply-duration), not again when answered",
         "grpc-keepalive-min-time" => {
             "clients' pings are answered however often they come (HTTP/2's server does not police their rate)"
         }

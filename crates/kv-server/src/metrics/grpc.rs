@@ -90,6 +90,18 @@ const METHODS: &[(&str, &str, &str)] = &[
     ("grpc.health.v1.Health", "Watch", "server_stream"),
 ];
 
+/// Whether the call at `path` (`/etcdserverpb.KV/Range`) is one of
+/// etcd's unary methods; streams and unknown paths are not.
+pub fn is_unary(path: &str) -> bool {
+    let Some((service, method)) = path.strip_prefix('/').and_then(|p| p.split_once('/')) else {
+        return false;
+    };
+    METHODS
+        .iter()
+        .chain(COUNTED_ONCE_CALLED)
+        .any(|(s, m, kind)| *s == service && *m == method && *kind == "unary")
+}
+
 /// etcd's Lock and Election services: counted as every call is, but
 /// their series appear only once called, since etcd registers them after
 /// go-grpc-prometheus has initialised the methods of its own services.

@@ -27,6 +27,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request};
@@ -40,6 +41,7 @@ use hyper_util::service::TowerToHyperService;
 use tower::{Service, ServiceExt};
 
 use crate::api::gateway::ConnectionStreams;
+use crate::api::request_stats::Remote;
 use crate::config::Config;
 use crate::server::listener::BoundedListener;
 use crate::tls::ClientIdentity;
@@ -107,12 +109,12 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut stop = std::pin::pin!(stop);
     loop {
-        let connection = tokio::select! {
-            (connection, _) = listener.accept() => connection,
+        let (connection, remote) = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = &mut stop => break,
         };
         let service = port
-            .connection(traffic, connection.identity().clone())
+            .connection(traffic, connection.identity().clone(), remote)
             .map_request(|request: Request<hyper::body::Incoming>| request.map(axum::body::Body::new));
         let served = builder.serve_connection(TokioIo::new(connection), TowerToHyperService::new(service));
         let served = graceful.watch(served.into_owned());
@@ -170,6 +172,7 @@ pub struct ClientConnection {
     port: ClientPort,
     traffic: Traffic,
     identity: ClientIdentity,
+    remote: Remote,
     streams: ConnectionStreams,
 }
 
@@ -185,6 +188,7 @@ impl Service<Request> for ClientConnection {
     fn call(&mut self, mut request: Request) -> Self::Future {
         let extensions = request.extensions_mut();
         extensions.insert(ConnectInfo(self.identity.clone()));
+        extensions.insert(self.remote);
         extensions.insert(self.streams.clone());
         let grpc = match self.traffic {
             Traffic::GrpcAndHttp => is_grpc(&request),
@@ -202,11 +206,12 @@ impl Service<Request> for ClientConnection {
 
 impl ClientPort {
     /// The service of one connection, made by `identity`.
-    fn connection(&self, traffic: Traffic, identity: ClientIdentity) -> ClientConnection {
+    fn connection(&self, traffic: Traffic, identity: ClientIdentity, remote: SocketAddr) -> ClientConnection {
         ClientConnection {
             port: self.clone(),
             traffic,
             identity,
+            remote: Remote(remote),
             streams: ConnectionStreams::default(),
         }
     }

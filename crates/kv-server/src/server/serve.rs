@@ -32,6 +32,7 @@ use crate::api::maintenance::MaintenanceService;
 use crate::api::peer::PeerService;
 use crate::api::recipes::election::ElectionService;
 use crate::api::recipes::lock::LockService;
+use crate::api::request_stats;
 use crate::api::watch::service::WatchService;
 use crate::config::ListenAddr;
 use crate::config::{self, GRPC_OVERHEAD_BYTES};
@@ -317,6 +318,10 @@ fn client_port(
     .add_service(ElectionServer::new(ElectionService { member: member_of() }).max_decoding_message_size(max_decoding))
     .add_service(health_service)
     .into_axum_router()
+    .layer(axum::middleware::from_fn_with_state(
+        member.config().warning_unary_request_duration,
+        request_stats::log_slow,
+    ))
     .layer(axum::middleware::from_fn_with_state(
         member_of(),
         learner::gate_and_count,
