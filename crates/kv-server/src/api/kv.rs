@@ -73,7 +73,7 @@ impl Kv for KvService {
             .member
             .authorize(request.metadata(), request.extensions(), &[touch])
             .await?;
-        let started = Instant::now();
+        let started = request_stats::started(request.extensions());
         let request = request.into_inner();
         // What the "request stats" line needs of the request, should the
         // call be slow: the request is the member's once it is called.
@@ -101,7 +101,7 @@ impl Kv for KvService {
                 .authorize(request.metadata(), request.extensions(), &touches)
                 .await?
         };
-        let started = Instant::now();
+        let started = request_stats::started(request.extensions());
         let request = request.into_inner();
         let (sketch, value_size) = request_stats::put_sketch(&request);
         mvcc::validate::check_put_fields(&mvcc::validate::PutFields {
@@ -142,7 +142,7 @@ impl Kv for KvService {
                 .authorize(request.metadata(), request.extensions(), &touches)
                 .await?
         };
-        let started = Instant::now();
+        let started = request_stats::started(request.extensions());
         let request = request.into_inner();
         if request.key.is_empty() {
             return Err(store_status(&mvcc::Error::EmptyKey));
@@ -170,7 +170,7 @@ impl Kv for KvService {
             .authorize(request.metadata(), request.extensions(), &touches)
             .await?;
         drop(touches);
-        let started = Instant::now();
+        let started = request_stats::started(request.extensions());
         let request = request.into_inner();
         let (sketch, sizes) = request_stats::txn_sketch(&request);
         let txn_stats = |response: &pb::TxnResponse| self.slow(started).then(|| Stats::txn(&sketch, &sizes, response));

@@ -5,9 +5,11 @@
 //! it asked and answered, as etcd's unary interceptor logs it.
 //!
 //! [`log_slow`] times every call and writes the line; the KV handlers,
-//! which alone know what a request held, attach a [`Stats`] to their
-//! answer when they see they were slow (so the fast path pays nothing for
-//! it). Other methods log etcd's `-1` counts and sizes.
+//! which alone know what a request held, keep a copy of it without put
+//! values (its keys: a small allocation or two per call) and attach a
+//! [`Stats`] to their answer when they see, by the same clock
+//! ([`CallStarted`]), that the call was slow. Other methods log etcd's
+//! `-1` counts and sizes.
 //!
 //! The request's content is written as etcd 3.7 writes it: protobuf's
 //! text form (fields spaced by blanks, nested messages in `{}`), except
@@ -37,6 +39,17 @@ pub struct Stats {
     pub content: String,
 }
 
+/// When the call reached the services, in its request's extensions: the
+/// handlers judge slowness by the clock [`log_slow`] logs by.
+#[derive(Debug, Clone, Copy)]
+pub struct CallStarted(pub Instant);
+
+/// When the call with these `extensions` started ([`CallStarted`], or
+/// now for a call that did not pass [`log_slow`]).
+pub fn started(extensions: &axum::http::Extensions) -> Instant {
+    extensions.get::<CallStarted>().map_or_else(Instant::now, |at| at.0)
+}
+
 /// The address a client connection comes from, in each request's
 /// extensions (`server/client_port.rs`).
 #[derive(Debug, Clone, Copy)]
@@ -44,13 +57,15 @@ pub struct Remote(pub SocketAddr);
 
 /// Times the call, and logs it if it was slower than `threshold` and is
 /// unary (a stream's handler returns at once, its time is the stream's).
-pub async fn log_slow(State(threshold): State<Duration>, request: Request, next: Next) -> Response {
+pub async fn log_slow(State(threshold): State<Duration>, mut request: Request, next: Next) -> Response {
     let uri = request.uri().clone();
     let remote = request.extensions().get::<Remote>().copied();
-    let (started, start_time) = (Instant::now(), SystemTime::now());
+    let started = Instant::now();
+    request.extensions_mut().insert(CallStarted(started));
     let mut response = next.run(request).await;
     let spent = started.elapsed();
     if spent > threshold && crate::metrics::grpc::is_unary(uri.path()) {
+        let start_time = SystemTime::now().checked_sub(spent).unwrap_or_else(SystemTime::now);
         let stats = response.extensions_mut().remove::<Stats>();
         let (counts, content) = match &stats {
             Some(s) => (
@@ -209,12 +224,30 @@ fn without_value(put: &pb::PutRequest) -> pb::PutRequest {
     }
 }
 
-/// Go's quoting of bytes in protobuf text: printable ASCII as it is,
-/// quotes and backslashes escaped, everything else as octal.
-fn quoted(bytes: &[u8]) -> String {
+/// How a text form quotes bytes: etcd's loggable put and value compare
+/// use the legacy text marshaler (octal escapes), everything else
+/// protobuf-go's text form (hex escapes, UTF-8 as it is).
+#[derive(Clone, Copy)]
+enum Quote {
+    Legacy,
+    Text,
+}
+
+/// Go's quoting of bytes in protobuf text, in `style`.
+fn quoted(bytes: &[u8], style: Quote) -> String {
     let mut text = String::with_capacity(bytes.len() + 2);
     text.push('"');
-    for &byte in bytes {
+    let mut rest = bytes;
+    while let Some((&byte, tail)) = rest.split_first() {
+        let utf8_len = match style {
+            Quote::Text => utf8_char_len(rest),
+            Quote::Legacy => 0,
+        };
+        if utf8_len > 1 {
+            text.push_str(std::str::from_utf8(&rest[..utf8_len]).unwrap_or_default());
+            rest = &rest[utf8_len..];
+            continue;
+        }
         match byte {
             b'"' => text.push_str("\\\""),
             b'\\' => text.push_str("\\\\"),
@@ -223,12 +256,31 @@ fn quoted(bytes: &[u8]) -> String {
             b'\t' => text.push_str("\\t"),
             0x20..=0x7e => text.push(byte as char),
             _ => {
-                let _ = write!(text, "\\{byte:03o}");
+                let _ = match style {
+                    Quote::Legacy => write!(text, "\\{byte:03o}"),
+                    Quote::Text => write!(text, "\\x{byte:02x}"),
+                };
             }
         }
+        rest = tail;
     }
     text.push('"');
     text
+}
+
+/// The length of the multi-byte UTF-8 character `bytes` starts with, or
+/// 0 if they do not start with one.
+fn utf8_char_len(bytes: &[u8]) -> usize {
+    let width = match bytes.first() {
+        Some(0xc2..=0xdf) => 2,
+        Some(0xe0..=0xef) => 3,
+        Some(0xf0..=0xf4) => 4,
+        _ => return 0,
+    };
+    match bytes.get(..width).map(std::str::from_utf8) {
+        Some(Ok(_)) => width,
+        _ => 0,
+    }
 }
 
 /// Appends `name:value ` when `value` is not its default.
@@ -240,11 +292,12 @@ fn field(text: &mut String, name: &str, value: impl std::fmt::Display, set: bool
 
 fn range_text(request: &pb::RangeRequest) -> String {
     let mut text = String::new();
-    field(&mut text, "key", quoted(&request.key), !request.key.is_empty());
+    let quote = |bytes| quoted(bytes, Quote::Text);
+    field(&mut text, "key", quote(&request.key), !request.key.is_empty());
     field(
         &mut text,
         "range_end",
-        quoted(&request.range_end),
+        quote(&request.range_end),
         !request.range_end.is_empty(),
     );
     field(&mut text, "limit", request.limit, request.limit != 0);
@@ -270,7 +323,12 @@ fn range_text(request: &pb::RangeRequest) -> String {
 
 fn put_text(request: &pb::PutRequest, value_size: usize) -> String {
     let mut text = String::new();
-    field(&mut text, "key", quoted(&request.key), !request.key.is_empty());
+    field(
+        &mut text,
+        "key",
+        quoted(&request.key, Quote::Legacy),
+        !request.key.is_empty(),
+    );
     field(&mut text, "value_size", value_size, value_size != 0);
     field(&mut text, "lease", request.lease, request.lease != 0);
     field(&mut text, "prev_kv", true, request.prev_kv);
@@ -281,11 +339,12 @@ fn put_text(request: &pb::PutRequest, value_size: usize) -> String {
 
 fn delete_text(request: &pb::DeleteRangeRequest) -> String {
     let mut text = String::new();
-    field(&mut text, "key", quoted(&request.key), !request.key.is_empty());
+    let quote = |bytes| quoted(bytes, Quote::Text);
+    field(&mut text, "key", quote(&request.key), !request.key.is_empty());
     field(
         &mut text,
         "range_end",
-        quoted(&request.range_end),
+        quote(&request.range_end),
         !request.range_end.is_empty(),
     );
     field(&mut text, "prev_kv", true, request.prev_kv);
@@ -293,29 +352,32 @@ fn delete_text(request: &pb::DeleteRangeRequest) -> String {
     text
 }
 
+/// A compare as etcd 3.7.3 logs it: a value compare in the legacy text
+/// form with the value's size (fields in its own order, a blank after
+/// each), any other in protobuf-go's text form.
 fn compare_text(compare: &pb::Compare) -> String {
     use pb::compare::TargetUnion;
     let mut text = String::new();
+    let value = matches!(compare.target_union, Some(TargetUnion::Value(_)));
+    let style = if value { Quote::Legacy } else { Quote::Text };
     let result = pb::compare::CompareResult::try_from(compare.result).map_or("EQUAL", |r| r.as_str_name());
     field(&mut text, "result", result, compare.result != 0);
     let target = pb::compare::CompareTarget::try_from(compare.target).map_or("VERSION", |t| t.as_str_name());
     field(&mut text, "target", target, compare.target != 0);
-    field(&mut text, "key", quoted(&compare.key), !compare.key.is_empty());
+    field(&mut text, "key", quoted(&compare.key, style), !compare.key.is_empty());
     match &compare.target_union {
         Some(TargetUnion::Version(v)) => field(&mut text, "version", v, true),
         Some(TargetUnion::CreateRevision(v)) => field(&mut text, "create_revision", v, true),
         Some(TargetUnion::ModRevision(v)) => field(&mut text, "mod_revision", v, true),
-        Some(TargetUnion::Value(v)) => field(&mut text, "value_size", v.len(), true),
+        Some(TargetUnion::Value(v)) => field(&mut text, "value_size", v.len(), !v.is_empty()),
         Some(TargetUnion::Lease(v)) => field(&mut text, "lease", v, true),
         None => {}
     }
-    field(
-        &mut text,
-        "range_end",
-        quoted(&compare.range_end),
-        !compare.range_end.is_empty(),
-    );
-    text.truncate(text.trim_end().len());
+    let range_end = quoted(&compare.range_end, style);
+    field(&mut text, "range_end", range_end, !compare.range_end.is_empty());
+    if !value {
+        text.truncate(text.trim_end().len());
+    }
     text
 }
 
@@ -337,22 +399,18 @@ fn txn_text(request: &pb::TxnRequest, values: &[usize]) -> String {
     txn_text_with(request, &mut values.iter())
 }
 
+/// etcd 3.7.3's loggable txn: the three lists, each in `<>` and always
+/// there, their items spaced by one blank.
 fn txn_text_with(request: &pb::TxnRequest, values: &mut std::slice::Iter<'_, usize>) -> String {
-    let mut parts = Vec::with_capacity(request.compare.len() + request.success.len() + request.failure.len());
-    parts.extend(request.compare.iter().map(|c| format!("compare:<{}>", compare_text(c))));
-    parts.extend(
-        request
-            .success
-            .iter()
-            .map(|op| format!("success:<{}>", op_text(op, values))),
-    );
-    parts.extend(
-        request
-            .failure
-            .iter()
-            .map(|op| format!("failure:<{}>", op_text(op, values))),
-    );
-    parts.join(" ")
+    let compare: Vec<String> = request.compare.iter().map(compare_text).collect();
+    let success: Vec<String> = request.success.iter().map(|op| op_text(op, values)).collect();
+    let failure: Vec<String> = request.failure.iter().map(|op| op_text(op, values)).collect();
+    format!(
+        "compare:<{}> success:<{}> failure:<{}>",
+        compare.join(" "),
+        success.join(" "),
+        failure.join(" ")
+    )
 }
 
 #[cfg(test)]
@@ -380,6 +438,7 @@ mod tests {
         let (sketch, value_size) = put_sketch(&put);
         assert!(sketch.value.is_empty());
         assert_eq!(put_text(&sketch, value_size), r#"key:"k\001" value_size:42 "#);
+        assert_eq!(quoted("é\x01".as_bytes(), Quote::Text), r#""é\x01""#);
         let txn = pb::TxnRequest {
             compare: vec![pb::Compare {
                 target: pb::compare::CompareTarget::Mod as i32,
@@ -397,6 +456,14 @@ mod tests {
                 })),
             }],
         };
+        let two = pb::TxnRequest {
+            compare: vec![txn.compare[0].clone(), txn.compare[0].clone()],
+            ..Default::default()
+        };
+        assert_eq!(
+            txn_text(&two, &[]),
+            r#"compare:<target:MOD key:"a" mod_revision:5 target:MOD key:"a" mod_revision:5> success:<> failure:<>"#
+        );
         let (sketch, sizes) = txn_sketch(&txn);
         assert_eq!(sizes.values, [42]);
         assert_eq!(sizes.success, size(&txn.success[0]));

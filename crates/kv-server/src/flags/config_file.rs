@@ -51,10 +51,27 @@ pub fn parse(text: &str, flags: &[EtcdFlag]) -> Result<Vec<Setting>, String> {
         match key.as_str() {
             "client-transport-security" => transport(&value, "", flags, &mut settings)?,
             "peer-transport-security" => transport(&value, "peer-", flags, &mut settings)?,
+            "discovery-config" => discovery(&value, flags, &mut settings)?,
             _ => setting(&key, &value, flags, &mut settings)?,
         }
     }
     Ok(settings)
+}
+
+/// etcd 3.6's `discovery-config` section (`client: {endpoints}`,
+/// `token`): its endpoints and token as the flags, which are refused when
+/// set, as on the command line.
+fn discovery(value: &Value, flags: &[EtcdFlag], settings: &mut Vec<Setting>) -> Result<(), String> {
+    let Value::Mapping(section) = value else {
+        return Ok(());
+    };
+    if let Some(token) = section.get("token") {
+        setting("discovery-token", token, flags, settings)?;
+    }
+    if let Some(endpoints) = section.get("client").and_then(|client| client.get("endpoints")) {
+        setting("discovery-endpoints", endpoints, flags, settings)?;
+    }
+    Ok(())
 }
 
 /// One TLS section: its keys as the client (`prefix` empty) or peer flags.

@@ -74,18 +74,14 @@ pub const HONOURED: &[(&str, &str)] = &[
     ("StopGRPCServiceOnDefrag", "experimental-stop-grpc-service-on-defrag"),
 ];
 
-/// The flags the gates set: for each honoured gate the last of its own
-/// setting and `AllAlpha`'s, as etcd applies them in order.
+/// The flags the gates set: for each honoured gate its own last setting,
+/// else `AllAlpha`'s, as etcd's feature gates weigh them (a gate named
+/// explicitly wins over `AllAlpha` wherever either stands).
 pub fn honoured_flags(gates: &[(&str, bool)]) -> Vec<(&'static str, bool)> {
+    let last = |wanted: &str| gates.iter().rev().find(|(name, _)| *name == wanted).map(|(_, on)| *on);
     HONOURED
         .iter()
-        .filter_map(|(gate, flag)| {
-            gates
-                .iter()
-                .rev()
-                .find(|(name, _)| name == gate || *name == "AllAlpha")
-                .map(|(_, on)| (*flag, *on))
-        })
+        .filter_map(|(gate, flag)| last(gate).or_else(|| last("AllAlpha")).map(|on| (*flag, on)))
         .collect()
 }
 
@@ -107,6 +103,13 @@ mod tests {
             ]
         );
         assert_eq!(honoured_flags(&parse("LeaseCheckpoint=1").unwrap()), []);
+        assert_eq!(
+            honoured_flags(&parse("StopGRPCServiceOnDefrag=false,AllAlpha=true").unwrap()),
+            [
+                ("experimental-initial-corrupt-check", true),
+                ("experimental-stop-grpc-service-on-defrag", false)
+            ]
+        );
         assert_eq!(parse("Nope=true").unwrap_err(), "unrecognized feature gate: Nope");
         assert_eq!(
             parse("InitialCorruptCheck").unwrap_err(),

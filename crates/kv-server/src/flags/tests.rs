@@ -265,6 +265,18 @@ fn config_file() {
         .unwrap()
         .config;
     assert_eq!(config.name, "n1");
+    // etcd 3.6's discovery section is refused as its flags are.
+    let discovery = dir.path().join("discovery.yml");
+    let yaml = "name: n1\ndiscovery-config:\n  client:\n    endpoints: [http://10.0.0.9:2379]\n  token: t\n";
+    std::fs::write(&discovery, yaml).unwrap();
+    let error = parse(&strings(&[&format!("--config-file={}", discovery.display())]), &[])
+        .expect_err("discovery in a config file is refused");
+    assert!(
+        error
+            .to_string()
+            .starts_with("--discovery-endpoints: discovery is not served"),
+        "{error}"
+    );
 }
 
 // Goal: docs/etcd-flags.md is the table the code gives.

@@ -67,6 +67,39 @@ pub struct MemberParts {
     pub clock: Arc<dyn Clock>,
 }
 
+/// The defragmentations that turn the gRPC health status NOT_SERVING.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Defrags {
+    /// Running now.
+    pub active: u32,
+    /// Started since the member did: each one's number.
+    pub started: u64,
+}
+
+/// One defragmentation counted in [`Defrags::active`] while it lives.
+struct DefragRunning {
+    member: Arc<Member>,
+    started: u64,
+}
+
+impl DefragRunning {
+    fn start(member: Arc<Member>) -> DefragRunning {
+        let mut started = 0;
+        member.defragmenting.send_modify(|defrags| {
+            defrags.active += 1;
+            defrags.started += 1;
+            started = defrags.started;
+        });
+        DefragRunning { member, started }
+    }
+}
+
+impl Drop for DefragRunning {
+    fn drop(&mut self) {
+        self.member.defragmenting.send_modify(|defrags| defrags.active -= 1);
+    }
+}
+
 /// How long a defragmentation waits for the gRPC health status to turn
 /// NOT_SERVING: the health task turns it as soon as it is told, in
 /// microseconds; a second means that task is stuck, and the
@@ -106,10 +139,11 @@ pub struct Member {
     /// True while a defragmentation runs, with
     /// --experimental-stop-grpc-service-on-defrag: the gRPC health status
     /// follows it (`server/tasks.rs`).
-    defragmenting: tokio::sync::watch::Sender<bool>,
-    /// What the health status last accounted for of `defragmenting`: a
-    /// defragmentation starts once NOT_SERVING is reported.
-    defrag_reported: tokio::sync::watch::Sender<bool>,
+    defragmenting: tokio::sync::watch::Sender<Defrags>,
+    /// The last [`Defrags::started`] the health status accounted for
+    /// while reporting NOT_SERVING: a defragmentation starts once its own
+    /// is reported.
+    defrag_reported: tokio::sync::watch::Sender<u64>,
     halt: Halt,
 }
 
@@ -156,8 +190,8 @@ impl Member {
             leader_channels,
             lease_ids: LeaseIds::new(local_id, parts.clock.since_epoch()),
             clock: parts.clock,
-            defragmenting: tokio::sync::watch::Sender::new(false),
-            defrag_reported: tokio::sync::watch::Sender::new(false),
+            defragmenting: tokio::sync::watch::Sender::new(Defrags::default()),
+            defrag_reported: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -341,35 +375,42 @@ impl Member {
         }
     }
 
-    /// etcd's Defragment, of this member's store only: writes and reads
-    /// wait while it runs. The sizes Status reports are sampled again at
-    /// once.
-    /// Whether a defragmentation runs (with
-    /// --experimental-stop-grpc-service-on-defrag), and its changes.
-    pub fn defragmenting(&self) -> tokio::sync::watch::Receiver<bool> {
+    /// The defragmentations running (with
+    /// --experimental-stop-grpc-service-on-defrag), and their changes.
+    pub fn defragmenting(&self) -> tokio::sync::watch::Receiver<Defrags> {
         self.defragmenting.subscribe()
     }
 
-    /// The health status now accounts for `defragmenting` being `active`.
-    pub fn report_defrag(&self, active: bool) {
-        self.defrag_reported.send_replace(active);
+    /// The health status reports NOT_SERVING with every defragmentation
+    /// up to the `started`th in view.
+    pub fn report_defrag(&self, started: u64) {
+        self.defrag_reported.send_replace(started);
     }
 
+    /// etcd's Defragment, of this member's store only: writes and reads
+    /// wait while it runs. The sizes Status reports are sampled again at
+    /// once.
     pub async fn defragment(self: &Arc<Self>) -> Result<(), RequestError> {
-        let stop_serving = self.config.experimental_stop_grpc_service_on_defrag;
-        if stop_serving {
+        let running = self
+            .config
+            .experimental_stop_grpc_service_on_defrag
+            .then(|| DefragRunning::start(self.clone()));
+        if let Some(running) = &running {
             // etcd turns the status before it starts, so no client is
             // told SERVING while the defragmentation runs.
-            self.defragmenting.send_replace(true);
             let mut reported = self.defrag_reported.subscribe();
-            let _ = tokio::time::timeout(HEALTH_REPORT_WAIT, reported.wait_for(|active| *active)).await;
+            let mine = running.started;
+            let _ = tokio::time::timeout(HEALTH_REPORT_WAIT, reported.wait_for(|seen| *seen >= mine)).await;
         }
         let member = self.clone();
-        let done = tokio::task::spawn_blocking(move || member.defragment_blocking()).await;
-        if stop_serving {
-            self.defragmenting.send_replace(false);
-        }
-        done.map_err(|_| RequestError::Stopped)??;
+        // The guard goes with the work: a caller that gives up (its
+        // deadline, a cancelled call) does not end the defragmentation,
+        // and the status turns back when the work ends, not before.
+        let done = tokio::task::spawn_blocking(move || {
+            let _running = running;
+            member.defragment_blocking()
+        });
+        done.await.map_err(|_| RequestError::Stopped)??;
         Ok(())
     }
 

@@ -65,13 +65,21 @@ pub struct Transport {
 }
 
 impl Transport {
+    /// As etcd passes them to gRPC: the keepalive pair only when both are
+    /// above 0 (else gRPC's defaults, 2h and 20s), and 0 or etcd's
+    /// default streams as no bound (gRPC reads 0 so too).
     pub fn from_config(config: &Config) -> Transport {
-        let or = |value: Duration, default| if value.is_zero() { default } else { value };
+        let (interval, timeout) = (config.grpc_keepalive_interval, config.grpc_keepalive_timeout);
+        let (keepalive_interval, keepalive_timeout) = if interval.is_zero() || timeout.is_zero() {
+            (KEEPALIVE_INTERVAL_DEFAULT, KEEPALIVE_TIMEOUT_DEFAULT)
+        } else {
+            (interval, timeout)
+        };
+        let streams = config.max_concurrent_streams;
         Transport {
-            keepalive_interval: or(config.grpc_keepalive_interval, KEEPALIVE_INTERVAL_DEFAULT),
-            keepalive_timeout: or(config.grpc_keepalive_timeout, KEEPALIVE_TIMEOUT_DEFAULT),
-            max_concurrent_streams: (config.max_concurrent_streams != u32::MAX)
-                .then_some(config.max_concurrent_streams),
+            keepalive_interval,
+            keepalive_timeout,
+            max_concurrent_streams: (streams != 0 && streams != u32::MAX).then_some(streams),
         }
     }
 

@@ -40,9 +40,12 @@ pub const PEER_CONNECTIONS_MAX: usize = 256;
 
 /// Open client connections per listener. etcd's benchmark drives 1000
 /// clients over 100 connections and a Kubernetes API server keeps a few
-/// per member; each HTTP/2 connection can buffer up to a few hundred KiB,
-/// so 2048 connections bound that memory to the order of 500 MiB at worst
-/// while leaving 20× headroom over the heaviest documented load.
+/// per member, so 2048 leaves 20× headroom over the heaviest documented
+/// load. Streams per connection are etcd's `--max-concurrent-streams`
+/// (no bound by default, as etcd's); what writes and linearizable reads
+/// hold while they wait is bounded where they queue, by the raft loop's
+/// input queue (`raft::input::NODE_INPUT_CAPACITY`), which refuses past
+/// its bound, not per connection.
 pub const CLIENT_CONNECTIONS_MAX: usize = 2048;
 
 /// How long a client may take over its TLS handshake: a handshake is two

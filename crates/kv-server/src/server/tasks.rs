@@ -70,7 +70,8 @@ async fn follow_health(member: Arc<Member>, health: HealthReporter) {
     let mut defragmenting = member.defragmenting();
     let mut serving = false;
     loop {
-        let defrag_active = stop_on_defrag && *defragmenting.borrow_and_update();
+        let defrags = *defragmenting.borrow_and_update();
+        let defrag_active = stop_on_defrag && defrags.active > 0;
         let leader_known = member.leader() != 0;
         let now = leader_known && !defrag_active;
         if now != serving {
@@ -89,9 +90,15 @@ async fn follow_health(member: Arc<Member>, health: HealthReporter) {
             }
             serving = now;
         }
-        member.report_defrag(defrag_active);
+        if defrag_active {
+            member.report_defrag(defrags.started);
+        }
         tokio::select! {
-            _ = defragmenting.changed() => {}
+            changed = defragmenting.changed() => {
+                if changed.is_err() {
+                    tokio::time::sleep(HEALTH_POLL).await;
+                }
+            }
             () = tokio::time::sleep(HEALTH_POLL) => {}
         }
     }

@@ -1,7 +1,8 @@
 // healthwatch asks a member's gRPC health service (grpc.health.v1, the
 // service "" that etcd reports) for its status every millisecond, as a
 // client's health checker would, and prints each status it sees change,
-// one per line, until it has run for the given time.
+// one per line, until its standard input closes or it has run for the
+// given time, whichever comes first.
 //
 //	healthwatch ENDPOINT DURATION
 package main
@@ -9,6 +10,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -34,8 +36,18 @@ func main() {
 	}
 	defer conn.Close()
 	client := healthpb.NewHealthClient(conn)
+	closed := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(closed)
+	}()
 	last := ""
 	for end := time.Now().Add(length); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		select {
+		case <-closed:
+			return
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		answer, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: ""})
 		cancel()
