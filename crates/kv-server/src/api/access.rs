@@ -165,6 +165,20 @@ fn rewrite_v3beta(request: &mut Request) {
     }
 }
 
+/// The most of a refused request's body read before its answer: Go's
+/// server reads up to 256 KiB of a body its handler left (so the client
+/// gets the answer, not a reset stream); a larger body is left, and the
+/// client may then see the stream reset.
+const REFUSED_BODY_DRAIN_MAX: usize = 256 << 10;
+
+/// Reads what is left of a refused request's body, up to
+/// [`REFUSED_BODY_DRAIN_MAX`]: answered before its body ended, an HTTP/2
+/// stream is reset, and a client such as curl then reports the reset
+/// instead of the answer.
+async fn drain(request: Request) {
+    let _ = axum::body::to_bytes(request.into_body(), REFUSED_BODY_DRAIN_MAX).await;
+}
+
 /// The middleware: the checks of this module's doc around the request.
 pub async fn control(State(policy): State<Arc<AccessPolicy>>, mut request: Request, next: Next) -> Response {
     rewrite_v3beta(&mut request);
@@ -177,6 +191,7 @@ pub async fn control(State(policy): State<Arc<AccessPolicy>>, mut request: Reque
         let host = hostname(&request);
         if !allows(&policy.hosts, &host) {
             tracing::warn!(host, "rejecting HTTP request to prevent DNS rebinding attacks");
+            drain(request).await;
             return plain(StatusCode::MISDIRECTED_REQUEST, &unrecognized_host(&host));
         }
     } else {
@@ -188,6 +203,7 @@ pub async fn control(State(policy): State<Arc<AccessPolicy>>, mut request: Reque
             && policy.member.auth_enabled()
             && request.uri().path().starts_with("/v3/")
         {
+            drain(request).await;
             return plain(
                 StatusCode::BAD_REQUEST,
                 "CommonName of client sending a request against gateway will be ignored and not used as expected",
