@@ -290,16 +290,22 @@ fn field(text: &mut String, name: &str, value: impl std::fmt::Display, set: bool
     }
 }
 
-fn range_text(request: &pb::RangeRequest) -> String {
+/// The `key` and `range_end` fields that open a range's and a delete's
+/// text form.
+fn key_range_text(key: &[u8], range_end: &[u8]) -> String {
     let mut text = String::new();
-    let quote = |bytes| quoted(bytes, Quote::Text);
-    field(&mut text, "key", quote(&request.key), !request.key.is_empty());
+    field(&mut text, "key", quoted(key, Quote::Text), !key.is_empty());
     field(
         &mut text,
         "range_end",
-        quote(&request.range_end),
-        !request.range_end.is_empty(),
+        quoted(range_end, Quote::Text),
+        !range_end.is_empty(),
     );
+    text
+}
+
+fn range_text(request: &pb::RangeRequest) -> String {
+    let mut text = key_range_text(&request.key, &request.range_end);
     field(&mut text, "limit", request.limit, request.limit != 0);
     field(&mut text, "revision", request.revision, request.revision != 0);
     let order = pb::range_request::SortOrder::try_from(request.sort_order).map_or("NONE", |o| o.as_str_name());
@@ -338,15 +344,7 @@ fn put_text(request: &pb::PutRequest, value_size: usize) -> String {
 }
 
 fn delete_text(request: &pb::DeleteRangeRequest) -> String {
-    let mut text = String::new();
-    let quote = |bytes| quoted(bytes, Quote::Text);
-    field(&mut text, "key", quote(&request.key), !request.key.is_empty());
-    field(
-        &mut text,
-        "range_end",
-        quote(&request.range_end),
-        !request.range_end.is_empty(),
-    );
+    let mut text = key_range_text(&request.key, &request.range_end);
     field(&mut text, "prev_kv", true, request.prev_kv);
     text.truncate(text.trim_end().len());
     text
