@@ -46,6 +46,16 @@ pub struct Config {
     /// or file paths, comma-separated.
     #[arg(long, default_value = "default")]
     pub log_outputs: String,
+    /// Rotates the one file of --log-outputs by size (`logging/rotation.rs`).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub enable_log_rotation: bool,
+    /// The rotation's settings, as etcd's JSON: `maxsize` (MiB),
+    /// `maxage` (days), `maxbackups`, `localtime`, `compress`.
+    #[arg(
+        long,
+        default_value = r#"{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}"#
+    )]
+    pub log_rotation_config_json: String,
     /// `json` (zap's lines, etcd's default) or `console`.
     #[arg(long, default_value = "json")]
     pub log_format: String,

@@ -51,6 +51,8 @@ fn main() {
         format: &config.log_format,
         level: &config.log_level,
         outputs: &config.log_outputs,
+        rotate: config.enable_log_rotation,
+        rotation_config: &config.log_rotation_config_json,
     };
     if let Err(error) = kv_server::logging::init(log) {
         // As etcd's: a log that cannot be set up stops the member before

@@ -134,9 +134,6 @@ pub fn no_effect(name: &str) -> &'static str {
         | "max-result-buffer" | "max-retry-attempts" | "peer-election-timeout" | "peer-heartbeat-interval"
         | "retry-interval" | "snapshot" | "v" | "vv" => "etcd itself ignores it (a flag of etcd 0.4, kept so old command lines parse)",
         "test.coverprofile" | "test.outputdir" => "a flag of Go's test binary that etcd's flag set carries",
-        "enable-log-rotation" | "log-rotation-config-json" => {
-            "log files are not rotated by kv-server: --log-outputs files are opened for appending, for the system's logrotate (copytruncate)"
-        }
         "enable-v2" | "enable-v2v3" | "v2-deprecation" => "kv-server serves only the v3 API; the v2 store does not exist here",
         "proxy" | "proxy-dial-timeout" | "proxy-failure-wait" | "proxy-read-timeout" | "proxy-refresh-interval"
         | "proxy-write-timeout" => "the v2 proxy mode is not served",

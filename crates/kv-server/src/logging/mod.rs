@@ -11,6 +11,8 @@
 //! - `--log-outputs`: `default` (standard error), `stderr`, `stdout`, or
 //!   file paths (opened for appending, created if missing), several at
 //!   once, each line written whole to each; `--log-level` as zap reads it.
+//! - `--enable-log-rotation`: the one file among the outputs rotated by
+//!   size, as etcd rotates it (`rotation.rs`).
 //! - `--logger` is zap, the only logger etcd 3.5 has.
 //!
 //! Unlike zap's production logger, repeated messages are not sampled.
@@ -26,6 +28,10 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
+
+mod rotation;
+
+pub use rotation::RotationConfig;
 
 /// Why the log cannot be set up: etcd's words for each flag.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +55,8 @@ enum Sink {
     Stderr,
     Stdout,
     File(Arc<Mutex<File>>),
+    /// The file `--enable-log-rotation` rotates.
+    Rotating(Arc<Mutex<rotation::Rotating>>),
     Discard,
 }
 
@@ -59,8 +67,9 @@ pub struct Outputs {
 }
 
 impl Outputs {
-    /// The outputs `--log-outputs` names, opened; etcd's errors.
-    pub fn open(list: &str) -> Result<Outputs, LogError> {
+    /// The outputs `--log-outputs` names, opened, the file among them
+    /// rotated when `rotation` is given; etcd's errors.
+    pub fn open(list: &str, rotation: Option<RotationConfig>) -> Result<Outputs, LogError> {
         let mut names: Vec<&str> = list.split(',').map(str::trim).filter(|name| !name.is_empty()).collect();
         names.sort_unstable();
         names.dedup();
@@ -70,6 +79,10 @@ impl Outputs {
         if names.len() > 1 && names.contains(&"default") {
             return Err(LogError("multi logoutput for \"default\" is not supported yet".into()));
         }
+        let rotated = match &rotation {
+            Some(_) => Some(RotationConfig::target(&names)?),
+            None => None,
+        };
         let mut sinks = Vec::with_capacity(names.len());
         for name in names {
             sinks.push(match name {
@@ -81,6 +94,12 @@ impl Outputs {
                         "can't find journal (kv-server does not write to systemd's journal; its standard error does)"
                             .into(),
                     ))
+                }
+                path if Some(path) == rotated => {
+                    let config = rotation
+                        .clone()
+                        .unwrap_or_else(|| unreachable!("a rotated file has a config"));
+                    Sink::Rotating(Arc::new(Mutex::new(rotation::Rotating::open(path, config)?)))
                 }
                 path => {
                     let file = std::fs::OpenOptions::new()
@@ -110,6 +129,7 @@ impl std::io::Write for OutputsWriter {
                 Sink::Stderr => std::io::stderr().write_all(bytes),
                 Sink::Stdout => std::io::stdout().write_all(bytes),
                 Sink::File(file) => file.lock().map_or(Ok(()), |mut file| file.write_all(bytes)),
+                Sink::Rotating(file) => file.lock().map_or(Ok(()), |mut file| file.write_line(bytes)),
                 Sink::Discard => Ok(()),
             };
         }
@@ -132,12 +152,15 @@ impl<'a> MakeWriter<'a> for Outputs {
 }
 
 /// The log flags: `--logger`, `--log-format`, `--log-level`,
-/// `--log-outputs`.
+/// `--log-outputs`, `--enable-log-rotation` and
+/// `--log-rotation-config-json`.
 pub struct LogFlags<'a> {
     pub logger: &'a str,
     pub format: &'a str,
     pub level: &'a str,
     pub outputs: &'a str,
+    pub rotate: bool,
+    pub rotation_config: &'a str,
 }
 
 /// Sets up the process's log from the member's flags.
@@ -157,7 +180,12 @@ pub fn init(flags: LogFlags<'_>) -> Result<(), LogError> {
         }
     };
     let level = level_filter(flags.level)?;
-    let outputs = Outputs::open(flags.outputs)?;
+    // As etcd: the rotation config is read only when rotation is on.
+    let rotation = match flags.rotate {
+        true => Some(RotationConfig::parse(flags.rotation_config)?),
+        false => None,
+    };
+    let outputs = Outputs::open(flags.outputs, rotation)?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     tracing_subscriber::fmt()
@@ -207,25 +235,51 @@ fn caller(file: Option<&str>, line: Option<u32>) -> String {
 /// `2026-11-26T10:58:38.315326Z`: UTC, six fractional digits.
 pub fn timestamp(now: SystemTime) -> String {
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let seconds = since.as_secs();
-    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
-    // Days to a civil date (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let civil = Civil::utc(since.as_secs() as i64);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        of_day / 3600,
-        (of_day / 60) % 60,
-        of_day % 60,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        civil.year,
+        civil.month,
+        civil.day,
+        civil.hour,
+        civil.minute,
+        civil.second,
         since.subsec_micros()
     )
+}
+
+/// A calendar date and time of day, as the log's timestamps print it.
+pub(crate) struct Civil {
+    pub year: i64,
+    pub month: i64,
+    pub day: i64,
+    pub hour: i64,
+    pub minute: i64,
+    pub second: i64,
+}
+
+impl Civil {
+    /// The UTC date and time `seconds` after the Unix epoch.
+    pub(crate) fn utc(seconds: i64) -> Civil {
+        let (days, of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+        // Days to a civil date (Howard Hinnant's algorithm).
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        Civil {
+            year: yoe + era * 400 + i64::from(month <= 2),
+            month,
+            day,
+            hour: of_day / 3600,
+            minute: (of_day / 60) % 60,
+            second: of_day % 60,
+        }
+    }
 }
 
 /// A list of strings as a field, written as a JSON array as zap writes
@@ -467,14 +521,14 @@ mod tests {
         assert_eq!(level_filter("fatal").unwrap(), "error");
         assert_eq!(level_filter("xyz").unwrap_err().0, "unrecognized level: \"xyz\"");
         assert_eq!(
-            Outputs::open("default,stderr").err().unwrap().0,
+            Outputs::open("default,stderr", None).err().unwrap().0,
             "multi logoutput for \"default\" is not supported yet"
         );
-        let refused = Outputs::open("/nonexistent/dir/x.log").err().unwrap().0;
+        let refused = Outputs::open("/nonexistent/dir/x.log", None).err().unwrap().0;
         assert!(
             refused.starts_with("couldn't open sink \"/nonexistent/dir/x.log\": open /nonexistent/dir/x.log:"),
             "{refused}"
         );
-        assert!(Outputs::open("stdout,stderr").is_ok());
+        assert!(Outputs::open("stdout,stderr", None).is_ok());
     }
 }
