@@ -133,6 +133,12 @@ pub struct Config {
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
     pub strict_reconfig_check: bool,
 
+    /// Advance the election clock at start once the peers' streams are up
+    /// (`member/tick_advance.rs`), as etcd does by default; a cluster of
+    /// one always advances.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]
+    pub initial_election_tick_advance: bool,
+
     /// Campaign with raft's pre-vote round first, as etcd does by
     /// default: a member cut off from the quorum keeps its term.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true)]

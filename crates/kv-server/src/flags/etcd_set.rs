@@ -143,7 +143,6 @@ pub fn no_effect(name: &str) -> &'static str {
         }
         "max-snapshots" | "max-wals" => "kv-server removes its own old snapshots and WAL segments once the store holds them",
         "unsafe-no-fsync" => "kv-server never skips an fsync: an acknowledged write is on disk",
-        "initial-election-tick-advance" => "raft-rs's election timer is used as it is",
         "backend-batch-interval" | "backend-batch-limit" | "backend-bbolt-freelist-type" | "memory-mlock"
         | "txn-mode-write-with-shared-buffer" | "bootstrap-defrag-threshold-megabytes" => {
             "a setting of etcd's bbolt backend; the store is on sled"

@@ -15,6 +15,7 @@
 //!   them.
 //! - [`view`]: what the services read of the member's state.
 //! - [`reconfigure`]: membership changes, checked as etcd checks them.
+//! - [`tick_advance`]: etcd's election tick advance at start.
 //! - [`waiters`]: clients waiting for their proposals to apply.
 //! - [`watch_hub`]: what the apply stage publishes to watch streams.
 //! - [`watch_source`]: what a watch stream reads of the core.
@@ -28,6 +29,7 @@ pub mod lessor;
 pub mod probe;
 pub mod read;
 pub mod reconfigure;
+pub mod tick_advance;
 pub mod view;
 pub mod waiters;
 pub mod watch_hub;

@@ -40,6 +40,9 @@ pub enum NodeInput {
     SnapshotStatus { to: u64, failed: bool },
     /// Hand leadership to this member (Maintenance.MoveLeader).
     TransferLeader(u64),
+    /// Tick raft this many times at once: the election clock's advance
+    /// at start (`member/tick_advance.rs`).
+    AdvanceTicks(usize),
     /// The apply stage flushed the store through `index` (at `term`), as
     /// the loop asked with `ApplyInput::Flush`: the snapshot there can be
     /// recorded and the WAL released up to it.

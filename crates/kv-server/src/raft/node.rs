@@ -498,6 +498,11 @@ impl Node {
             }
             NodeInput::Unreachable(peer) => self.raw.report_unreachable(peer),
             NodeInput::TransferLeader(to) => self.raw.transfer_leader(to),
+            NodeInput::AdvanceTicks(ticks) => {
+                for _ in 0..ticks {
+                    self.raw.tick();
+                }
+            }
             NodeInput::Stop(done) => self.stop = Some(done),
             NodeInput::Flushed { index, term } => self.snapshot_flushed(index, term),
             NodeInput::SnapshotStatus { to, failed } => {

@@ -42,6 +42,8 @@ pub fn spawn(member: Arc<Member>, health: HealthReporter) {
     tokio::spawn(publish_attributes(member.clone()));
     tokio::spawn(member.clone().revoke_expired_leases());
     tokio::spawn(sweep_tokens(member.clone()));
+    let advancer = member.clone();
+    tokio::spawn(async move { advancer.advance_election_ticks().await });
     let prober = member.clone();
     tokio::spawn(async move { prober.probe_peers().await });
     let config = member.config();
