@@ -240,6 +240,17 @@ pub struct Config {
     )]
     pub experimental_corrupt_check_time: Duration,
 
+    /// Have the leader compare the hashes its compactions recorded with
+    /// its peers' at the same revisions, every
+    /// --experimental-compact-hash-check-time (`member/corruption.rs`).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub experimental_compact_hash_check_enabled: bool,
+
+    /// How often the compaction hash check runs; above zero, as etcd
+    /// checks it whether or not the check is enabled.
+    #[arg(long, default_value = "1m", value_parser = parse_duration_or_zero)]
+    pub experimental_compact_hash_check_time: Duration,
+
     /// Keys or revisions one step of compaction takes, under the store's
     /// lock; 0 is etcd's default, 1000 (mvcc's compaction.rs).
     #[arg(long, default_value_t = mvcc::compaction::COMPACTION_BATCH_LIMIT_DEFAULT)]

@@ -936,6 +936,15 @@ impl Store {
         }
     }
 
+    /// The hashes the last compactions recorded (at most
+    /// [`COMPACTION_HASHES_KEPT`]), newest first, for the leader's
+    /// compaction hash check.
+    pub fn compaction_hashes(&self) -> Vec<KeyValueHash> {
+        let mut hashes: Vec<KeyValueHash> = self.state.read().compaction_hashes.iter().copied().collect();
+        hashes.sort_by_key(|hash| std::cmp::Reverse(hash.revision));
+        hashes
+    }
+
     /// etcd's HashKV: a hash of the stored key-values at or below
     /// `revision` (0 for the current one), equal to etcd's for the same
     /// history (see `hash.rs`), with the current revision.

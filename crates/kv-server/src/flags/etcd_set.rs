@@ -62,6 +62,7 @@ pub const RENAMED: &[(&str, &str)] = &[
         "experimental-watch-progress-notify-interval",
     ),
     ("corrupt-check-time", "experimental-corrupt-check-time"),
+    ("compact-hash-check-time", "experimental-compact-hash-check-time"),
     ("compaction-batch-limit", "experimental-compaction-batch-limit"),
     ("compaction-sleep-interval", "experimental-compaction-sleep-interval"),
     ("warning-apply-duration", "experimental-warning-apply-duration"),
@@ -147,9 +148,6 @@ pub fn no_effect(name: &str) -> &'static str {
         | "txn-mode-write-with-shared-buffer" | "bootstrap-defrag-threshold-megabytes" => {
             "a setting of etcd's bbolt backend; the store is on sled"
         }
-        "compact-hash-check-enabled" | "compact-hash-check-time" => {
-            "the corruption check compares whole-store hashes (--corrupt-check-time)"
-        }
         "enable-lease-checkpoint" | "enable-lease-checkpoint-persist" => {
             "kv-server does not checkpoint lease TTLs through raft"
         }
@@ -191,7 +189,7 @@ pub fn markdown(honoured: &[String]) -> String {
             Disposition::Renamed(old) => format!("honoured, as --{old}"),
             Disposition::Special => match flag.name {
                 "feature-gates" => {
-                    "honoured: InitialCorruptCheck, StopGRPCServiceOnDefrag; other gates are logged as no effect".into()
+                    "honoured: InitialCorruptCheck, CompactHashCheck, StopGRPCServiceOnDefrag; other gates are logged as no effect".into()
                 }
                 "config-file" => "honoured: etcd's YAML; other flags and variables are then ignored".into(),
                 _ => "honoured".into(),

@@ -13,7 +13,7 @@ use super::go_syntax::parse_bool;
 pub const GATES: &[(&str, &str)] = &[
     (
         "AllAlpha",
-        "sets every alpha gate; InitialCorruptCheck and StopGRPCServiceOnDefrag have an effect here",
+        "sets every alpha gate; InitialCorruptCheck, CompactHashCheck and StopGRPCServiceOnDefrag have an effect here",
     ),
     ("AllBeta", "sets every beta gate; none has an effect here"),
     (
@@ -22,7 +22,7 @@ pub const GATES: &[(&str, &str)] = &[
     ),
     (
         "CompactHashCheck",
-        "no effect: the corruption check compares whole-store hashes on its own timer (--corrupt-check-time)",
+        "honoured: as --experimental-compact-hash-check-enabled",
     ),
     (
         "StopGRPCServiceOnDefrag",
@@ -71,6 +71,7 @@ pub fn parse(value: &str) -> Result<Vec<(&'static str, bool)>, String> {
 /// The alpha gates kv-server honours, each with the 3.5 flag it sets.
 pub const HONOURED: &[(&str, &str)] = &[
     ("InitialCorruptCheck", "experimental-initial-corrupt-check"),
+    ("CompactHashCheck", "experimental-compact-hash-check-enabled"),
     ("StopGRPCServiceOnDefrag", "experimental-stop-grpc-service-on-defrag"),
 ];
 
@@ -94,11 +95,18 @@ mod tests {
     fn etcd_gates() {
         let gates = parse("InitialCorruptCheck=true, CompactHashCheck=false,").unwrap();
         assert_eq!(gates, [("InitialCorruptCheck", true), ("CompactHashCheck", false)]);
-        assert_eq!(honoured_flags(&gates), [("experimental-initial-corrupt-check", true)]);
+        assert_eq!(
+            honoured_flags(&gates),
+            [
+                ("experimental-initial-corrupt-check", true),
+                ("experimental-compact-hash-check-enabled", false)
+            ]
+        );
         assert_eq!(
             honoured_flags(&parse("AllAlpha=false,StopGRPCServiceOnDefrag=true").unwrap()),
             [
                 ("experimental-initial-corrupt-check", false),
+                ("experimental-compact-hash-check-enabled", false),
                 ("experimental-stop-grpc-service-on-defrag", true)
             ]
         );
@@ -107,6 +115,7 @@ mod tests {
             honoured_flags(&parse("StopGRPCServiceOnDefrag=false,AllAlpha=true").unwrap()),
             [
                 ("experimental-initial-corrupt-check", true),
+                ("experimental-compact-hash-check-enabled", true),
                 ("experimental-stop-grpc-service-on-defrag", false)
             ]
         );

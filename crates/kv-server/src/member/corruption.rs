@@ -18,6 +18,17 @@
 //!   any mismatch, and a check that blamed every peer of an altered
 //!   leader would stop the wrong members.
 //!
+//! - **Compaction hashes** (`--experimental-compact-hash-check-enabled`,
+//!   3.6's `CompactHashCheck` gate, every
+//!   `--experimental-compact-hash-check-time`): each compaction records
+//!   the hash of the history it compacted (mvcc's `hash.rs`); the leader
+//!   asks every peer for the hash at the revisions of its recorded
+//!   hashes not yet checked, newest first, and stops at the first that
+//!   every peer answered at the same compact revision. Differing hashes
+//!   are judged as the periodic check judges them, as etcd 3.7 does; a
+//!   peer that has not compacted there yet (or does not answer) makes the
+//!   leader try the next older hash.
+//!
 //! While CORRUPT is raised every member refuses writes with etcd's
 //! "etcdserver: corrupt cluster"; reads still work, as in etcd.
 //!
@@ -28,7 +39,7 @@
 use std::time::Duration;
 
 use crate::error::RequestError;
-use crate::member::core::Member;
+use crate::member::core::{Member, REQUEST_TIMEOUT};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::raft_request;
 
@@ -97,6 +108,131 @@ impl Member {
                 self.raise_corrupt(member).await;
             }
         }
+    }
+
+    /// The compaction hash check, every `interval` while this member
+    /// leads; logs as etcd 3.7.3's.
+    pub async fn compact_hash_checks(&self, interval: Duration) {
+        let mut latest_checked = 0;
+        loop {
+            tokio::time::sleep(interval).await;
+            if self.leader() != self.local_id {
+                continue;
+            }
+            tracing::info!(
+                "local-member-id" = format!("{:x}", self.local_id),
+                timeout = %crate::logging::go_duration(REQUEST_TIMEOUT),
+                "starting compact hash check"
+            );
+            let unchecked: Vec<mvcc::hash::KeyValueHash> = self
+                .store
+                .compaction_hashes()
+                .into_iter()
+                .take_while(|hash| hash.revision > latest_checked)
+                .collect();
+            let mut checked = unchecked.len();
+            for (i, hash) in unchecked.iter().enumerate() {
+                let peers = self.peer_hashes_at(hash.revision).await;
+                if peers.is_empty() {
+                    continue;
+                }
+                let Some(agreed) = self.judge_compaction_hash(hash, &peers).await else {
+                    continue;
+                };
+                if agreed {
+                    latest_checked = latest_checked.max(hash.revision);
+                }
+                checked = i + 1;
+                break;
+            }
+            tracing::info!("number-of-hashes-checked" = checked, "finished compaction hash check");
+        }
+    }
+
+    /// Each peer's (compact revision, hash) at `revision`, None for a peer
+    /// that did not answer.
+    async fn peer_hashes_at(&self, revision: i64) -> Vec<(u64, Option<(i64, u32)>)> {
+        let peers: Vec<u64> = self.membership.get().peers().map(|m| m.id).collect();
+        let mut answers = Vec::with_capacity(peers.len());
+        for peer in peers {
+            let answer = match self.leader_channels.client(peer) {
+                Ok(mut client) => client
+                    .hash_kv(pb::HashKvRequest { revision })
+                    .await
+                    .ok()
+                    .map(|answer| answer.into_inner())
+                    .map(|answer| (answer.compact_revision, answer.hash)),
+                Err(_) => None,
+            };
+            answers.push((peer, answer));
+        }
+        answers
+    }
+
+    /// Judges the peers' answers for one recorded hash: `Some(true)` when
+    /// every member agreed, `Some(false)` when a mismatch was found and
+    /// CORRUPT raised, None when some peer could not be compared and an
+    /// older hash should be tried.
+    async fn judge_compaction_hash(
+        &self,
+        own: &mvcc::hash::KeyValueHash,
+        peers: &[(u64, Option<(i64, u32)>)],
+    ) -> Option<bool> {
+        let leader_id = format!("{:x}", self.local_id);
+        let mut compared = Vec::new();
+        for (peer, answer) in peers {
+            let reason = match answer {
+                None => "no response".to_string(),
+                Some((compact, _)) if *compact != own.compact_revision => format!(
+                    "the peer's CompactRevision {compact} doesn't match leader's CompactRevision {}",
+                    own.compact_revision
+                ),
+                Some((_, hash)) => {
+                    compared.push((*peer, *hash));
+                    continue;
+                }
+            };
+            tracing::warn!(
+                "number-of-peers" = peers.len(),
+                "leader-id" = %leader_id,
+                "peer-id" = format!("{peer:x}"),
+                reason = %reason,
+                "Skipped peer's hash"
+            );
+        }
+        if compared.iter().all(|&(_, hash)| hash == own.hash) {
+            if compared.len() == peers.len() {
+                tracing::info!(
+                    "number-of-peers-checked" = compared.len(),
+                    revision = own.revision,
+                    compactRevision = own.compact_revision,
+                    "successfully checked hash on whole cluster"
+                );
+                return Some(true);
+            }
+            tracing::warn!(
+                "number-of-peers-checked" = compared.len(),
+                "number-of-peers" = peers.len(),
+                revision = own.revision,
+                compactRevision = own.compact_revision,
+                "skipped revision in compaction hash check; was not able to check all peers"
+            );
+            return None;
+        }
+        let members = peers.len() + 1;
+        let corrupt = corrupt_members(self.local_id, own.hash, &compared, members);
+        tracing::error!(
+            "leader-id" = %leader_id,
+            "leader-revision" = own.revision,
+            "leader-compact-revision" = own.compact_revision,
+            "leader-hash" = own.hash,
+            "corrupt-members" = ?corrupt.iter().map(|id| format!("{id:x}")).collect::<Vec<_>>(),
+            "Detected compaction hash mismatch"
+        );
+        for member in corrupt {
+            self.raise_corrupt(member).await;
+        }
+        Some(false)
     }
 
     /// The peers whose hash at `own`'s revision differs from it.

@@ -90,6 +90,12 @@ fn refuse_before_start(config: &Config) -> Result<(), Error> {
         });
     }
     crate::server::compactor::retention(&config.auto_compaction_mode, &config.auto_compaction_retention)?;
+    if config.experimental_compact_hash_check_time.is_zero() {
+        return Err(Error::Flag {
+            flag: "experimental-compact-hash-check-time",
+            reason: "must be >0 (set to 0s)".into(),
+        });
+    }
     config.tls.check()?;
     crate::config::check_listen_urls(config)?;
     let dir = config.layout();

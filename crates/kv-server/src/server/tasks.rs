@@ -58,6 +58,11 @@ pub fn spawn(member: Arc<Member>, health: HealthReporter) {
         let checker = member.clone();
         tokio::spawn(async move { checker.initial_corrupt_check().await });
     }
+    if member.config().experimental_compact_hash_check_enabled {
+        let checker = member.clone();
+        let every = member.config().experimental_compact_hash_check_time;
+        tokio::spawn(async move { checker.compact_hash_checks(every).await });
+    }
     let interval = member.config().experimental_corrupt_check_time;
     if !interval.is_zero() {
         tokio::spawn(async move { member.periodic_corrupt_checks(interval).await });
