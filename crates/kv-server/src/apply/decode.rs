@@ -58,6 +58,10 @@ impl Proposal {
 }
 
 /// Decodes `entry` against the membership as it stands before it.
+///
+/// A committed entry that does not decode stops the member with a panic:
+/// every member applies the same entry, and one that skipped or guessed
+/// at it would diverge from the others silently.
 pub fn decode(entry: &Entry, member_id: u64, membership: &Membership) -> Proposal {
     if entry.data.is_empty() {
         return Proposal::internal(None, Decoded::Nothing);
@@ -134,15 +138,27 @@ fn decode_request(request: Option<Request>) -> Decoded {
 /// A configuration change entry: raft's change, with a
 /// `ConfChangeContext` in its context. Adding a voter that is a learner
 /// is etcd's promotion.
+///
+/// Undecodable bytes here are what they are for a request (see
+/// [`decode`]): a committed entry every member applies, which this
+/// member cannot read, so it stops rather than apply something else. The
+/// same holds for an addition whose context carries no member record:
+/// every proposer of an addition writes one, so its absence means damage,
+/// and applying it would add a member with no URLs.
 fn conf_change(entry: &Entry, member_id: u64, membership: &Membership) -> (Option<u64>, Decoded) {
     let change = ConfChange::parse_from_bytes(&entry.data).expect("committed conf changes decode");
-    let context = ConfChangeContext::decode(&change.context[..]).unwrap_or_default();
+    let context = ConfChangeContext::decode(&change.context[..]).expect("committed conf change contexts decode");
     let owner = (context.proposer == member_id).then_some(context.sequence);
     let id = change.node_id;
     let member = |is_learner| Member {
         id,
         is_learner,
-        ..Member::from_record(context.member.clone().unwrap_or_default())
+        ..Member::from_record(
+            context
+                .member
+                .clone()
+                .expect("a committed member addition carries the member's record"),
+        )
     };
     let decoded = match change.get_change_type() {
         ConfChangeType::AddNode if membership.get(id).is_some_and(|m| m.is_learner) => Change::Promote(id),

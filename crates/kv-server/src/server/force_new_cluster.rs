@@ -76,8 +76,15 @@ pub fn rewrite(log: &mut DurableLog, applied: u64, membership: &Membership) -> R
     let local = membership.local_id;
     let mut changes = Vec::new();
     if !voters.contains(&local) {
-        let record = membership.local().map(|member| member.record());
-        changes.push((ConfChangeType::AddNode, local, record));
+        // Its own record is what the addition carries; a member missing
+        // from its own membership has none to give, and is refused.
+        let Some(record) = membership.local().map(|member| member.record()) else {
+            return Err(Error::Flag {
+                flag: "force-new-cluster",
+                reason: format!("member {local:x} is not in its own membership; it cannot be the cluster alone"),
+            });
+        };
+        changes.push((ConfChangeType::AddNode, local, Some(record)));
     }
     for id in voters.iter().chain(&learners).filter(|id| **id != local) {
         changes.push((ConfChangeType::RemoveNode, *id, None));
