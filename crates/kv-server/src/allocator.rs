@@ -1,14 +1,13 @@
 //! The member's allocator settings. The binary uses mimalloc (see
-//! `main.rs`): under etcd's put benchmark glibc's malloc took a quarter of
-//! the leader's CPU, and mimalloc raised throughput by about 15 % in
-//! side-by-side runs (2026-11-22).
+//! `main.rs`): under etcd's put benchmark glibc's malloc took a large
+//! share of the leader's CPU, and mimalloc gave it back.
 //!
-//! With mimalloc's defaults a loaded leader sat near 200 MB RSS, against
-//! 122 MB with glibc: arenas are committed eagerly, which lets the kernel
-//! back them with transparent huge pages, and freed memory is kept for a
-//! second before it is returned. Built with mimalloc's `no_thp` feature
-//! and with the two options below, the leader measured 124 MB at the same
-//! throughput.
+//! With mimalloc's defaults a loaded leader's RSS was far above glibc's:
+//! arenas are committed eagerly, which lets the kernel back them with
+//! transparent huge pages, and freed memory is kept for a second before
+//! it is returned. Built with mimalloc's `no_thp` feature and with the two
+//! options below, it is back to glibc's at the same throughput. The
+//! figures: `docs/measurements.md`.
 
 /// `mi_option_arena_eager_commit` in mimalloc v3's `mi_option_t`.
 const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;

@@ -38,10 +38,10 @@ pub const BLOCK_SPACE: u8 = b'b';
 
 /// Largest block, in bytes of stored key-values. sled moves a serialized
 /// node over a quarter of its 512 KiB segment to a file of its own, and a
-/// leaf holds several values: in a measurement (2026-11-23, 1,000-put
-/// batches of 300-byte values) 8 and 16 KiB blocks made such files, 4 KiB
-/// ones none, at 0.9 µs of sled work per put against 8–13 µs with one key
-/// per put. A single record larger than this gets a block of its own.
+/// leaf holds several values: 8 and 16 KiB blocks made such files, 4 KiB
+/// ones none, and cost a tenth of the sled work per put of one key per
+/// put (`docs/measurements.md`). A single record larger than this gets a
+/// block of its own.
 pub const BLOCK_BYTES_MAX: usize = 4 << 10;
 
 const HEADER_BYTES: usize = 4;

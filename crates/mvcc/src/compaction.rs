@@ -58,10 +58,9 @@ pub const COMPACTION_BATCH_LIMIT_MAX: usize = 100_000;
 /// compacts at once, so on a loaded cluster the steps compete with the
 /// applies and the clients, whose latency rises with the CPU the steps
 /// take. At a million revisions under 1000 clients on 2 cores (three
-/// members sharing them), a tenth of a core raised put p99 1.32 times
-/// over the quiet loads before it (1.13 over the load after it), and a
-/// twentieth 1.22 times (1.07), the compaction taking 109 and 174 s
-/// (docs/benchmarks-history.md, fifth round).
+/// members sharing them), a twentieth of a core raised put p99 less than
+/// a tenth did, for a compaction about half again as long
+/// (`docs/measurements.md`).
 pub const COMPACTION_CPU_PERCENT: u32 = 5;
 
 /// One queued part of a compaction.

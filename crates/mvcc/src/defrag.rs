@@ -57,11 +57,11 @@ pub const DEFRAG_CHUNK_BYTES: usize = 256 << 10;
 
 /// How many times its items' bytes sled's files may hold before a
 /// defragmentation copies it. sled holds the blocks' pointers, not the
-/// store (value_files.rs): a fresh copy's files were 1.8 times its items'
-/// bytes, and grew to about 3 times under writes (2026-11-25, 300,000
-/// keys); above 4 they hold mostly what deletes and compactions left
-/// dead. A copy costs a sled insert per item (about 3 s for 300,000
-/// keys' pointers), so it is made only when it gives space back.
+/// store (value_files.rs): a fresh copy's files were about twice its
+/// items' bytes, and grew to about 3 times under writes; above 4 they
+/// hold mostly what deletes and compactions left dead. A copy costs a
+/// sled insert per item, so it is made only when it gives space back
+/// (figures: `docs/measurements.md`).
 pub const DEFRAG_SLED_BLOAT_RATIO: u64 = 4;
 
 /// Bytes sled's files may hold beyond [`DEFRAG_SLED_BLOAT_RATIO`] times
@@ -73,10 +73,10 @@ pub const DEFRAG_SLED_SLACK_BYTES: u64 = 16 << 20;
 /// The share of a core, in percent, a defragmentation's steps (the
 /// reclaim's and the copy's) may take: after each it pauses so long that
 /// they take at most this share of the time. A copy at full speed took
-/// CPU from the member's applies and clients on a loaded 2-core machine
-/// (put p99 2.3 times the quiet one), and at half a core still 1.2 to
-/// 1.8 times at 300,000 keys (2026-11-25); a quarter of a core makes a
-/// defragmentation about twice as long as at half.
+/// CPU from the member's applies and clients on a loaded 2-core machine,
+/// and at half a core still raised put p99 well above the quiet one; a
+/// quarter of a core makes a defragmentation about twice as long as at
+/// half (figures: `docs/measurements.md`).
 pub const DEFRAG_CPU_PERCENT: u32 = 25;
 
 /// How far the copy has come.

@@ -220,7 +220,7 @@ mod tests {
     use crate::key_value::KeyValue;
 
     // Goal: hashes equal what real etcd 3.5.17 answers (read off a fresh
-    // member with etcdctl endpoint hashkv on 2026-11-23; etcd 3.7.3
+    // member with etcdctl endpoint hashkv; etcd 3.7.3
     // answers the same): 1084519789 with nothing stored (CRC-32C of
     // "key"), 3628877040 after `put a b`. Values encode as etcd's
     // `mvccpb.KeyValue` bytes (worked out by hand from the protobuf rules).

@@ -68,9 +68,9 @@ impl Compacted {
 }
 
 /// Keys are boxed slices (16 bytes in the map entry plus one allocation).
-/// Keeping keys of up to 16 bytes inline was measured (benches/
-/// index_memory.rs, 2026-11-22): it saves about 19 bytes of RSS per 8-byte
-/// key but costs about 12 per 50-byte key, and Kubernetes keys are long.
+/// Keeping keys of up to 16 bytes inline was measured
+/// (`benches/index_memory.rs`, `docs/measurements.md`): it saves memory
+/// on short keys but costs it on long ones, and Kubernetes keys are long.
 #[derive(Debug, Default)]
 pub struct TreeIndex {
     keys: BTreeMap<Box<[u8]>, KeyIndex>,

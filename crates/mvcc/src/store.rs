@@ -148,11 +148,10 @@ pub const EMPTY_STORE_REVISION: i64 = 1;
 pub const NEVER_COMPACTED: i64 = -1;
 
 /// sled's page cache, in bytes. The in-memory index answers which revision
-/// to read, so the cache only serves value loads. At a million keys
-/// (scripts/scale-etcd.sh, 2026-11-25) 64 MiB against 256 MiB cut the
-/// member's RSS after the fill from 458 to 337 bytes a key, with the
-/// 100,000-key range (0.31-0.49 s against 0.35-0.50 s) and the paginated
-/// list of every key (18.3 against 18.9 s) no slower. Neither fits in
+/// to read, so the cache only serves value loads. At a million keys,
+/// 64 MiB against 256 MiB cut the member's RSS after the fill by about a
+/// quarter, with the 100,000-key range and the paginated list of every
+/// key no slower (`docs/measurements.md`). Neither fits in
 /// either: etcd's benchmark writes its keys as varints, so the first
 /// 100,000 in key order are spread over every block of the store. sled's
 /// own default is 1 GiB.
@@ -1307,7 +1306,7 @@ impl Store {
     /// own overhead. Kept by every commit (`META_STORED_BYTES`): counting
     /// them by reading every item, as this once did about every second,
     /// pulled the whole store through sled's cache, which then kept most
-    /// of it (docs/benchmarks-history.md, the heap profile of 2026-11-25).
+    /// of it (`docs/measurements.md`).
     pub fn live_bytes(&self) -> Result<u64> {
         Ok(self.state.read().stored_bytes)
     }

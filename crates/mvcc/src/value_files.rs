@@ -5,8 +5,8 @@
 //! sled keeps what it reads in its page cache, and its LRU applies the
 //! accesses it queues per shard late, so a walk over a cold store (the
 //! first big LIST, a RangeStream, a HashKV) left most of the store's
-//! values resident, and RSS grew by hundreds of MB (docs/benchmarks-history.md,
-//! the heap profile of 2026-11-25). Its log also keeps old versions of a
+//! values resident, and RSS grew by hundreds of MB (`docs/measurements.md`).
+//! Its log also keeps old versions of a
 //! leaf until a fixed-threshold cleaner relocates them, so a
 //! defragmentation's fresh copy was about 1.6 times its bytes in use.
 //! With the blocks in files of their own, a read costs one `pread` into
@@ -78,9 +78,9 @@ pub const RECLAIM_LIVE_PERCENT: u64 = 50;
 /// share of its length, the newest included, so the files hold at most
 /// about a ninth more than their live bytes afterwards, as a blocking
 /// defragmentation's copy would (bbolt's file keeps its pages' slack
-/// too). Reclaiming a file with a few dead blocks rewrites all of it: at
-/// 300,000 keys (2026-11-25), files 98 % and 99 % live were two thirds of
-/// the bytes a defragmentation under load moved.
+/// too). Reclaiming a file with a few dead blocks rewrites all of it:
+/// files nearly all live were most of the bytes a defragmentation under
+/// load moved (`docs/measurements.md`).
 pub const DEFRAG_RECLAIM_LIVE_PERCENT: u64 = 90;
 
 /// Bytes of a pointer as sled stores it.

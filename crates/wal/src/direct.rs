@@ -3,9 +3,9 @@
 //! A buffered write copies the batch into the page cache and `fdatasync`
 //! then writes those pages out; with `O_DIRECT` the batch goes straight
 //! from our buffer to the disk and the sync only flushes the disk's own
-//! cache. Measured here (2026-11-23, ext4 on virtio, write then fdatasync):
-//! a 4 KiB write took p50 72 µs against 130 µs buffered, and a 296 KiB one
-//! 155 µs against 250 µs.
+//! cache. Measured, a small write and its sync took a little over half as
+//! long as buffered, a large one about three fifths
+//! (`docs/measurements.md`).
 //!
 //! `O_DIRECT` needs the buffer's address, the file offset and the length
 //! aligned to the device's block. Frames are only 8-byte aligned, so every

@@ -3,10 +3,9 @@
 //! Why zeros and not only `fallocate`: a preallocated but never written
 //! extent is "unwritten" to ext4, so the first write into each block makes
 //! the next `fdatasync` also write the extent tree, a second device write
-//! per sync. Measured here (2026-11-23, ext4 on virtio, `dd` with
-//! `oflag=direct,dsync`): 4 KiB writes took 136 µs each into an
-//! fallocated file against 85 µs into one already written, and 296 KiB
-//! writes ran at 1.25 against 2.0–2.4 GB/s. Raft's writes are mostly small,
+//! per sync: small writes into an fallocated file took over one and a
+//! half times as long as into one already written, and large ones ran at
+//! about half the rate (`docs/measurements.md`). Raft's writes are mostly small,
 //! so a sync that only flushes the disk's cache is worth a segment's worth
 //! of zeros once per 64 MiB.
 //!
