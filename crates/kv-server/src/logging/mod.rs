@@ -68,8 +68,9 @@ pub struct Outputs {
 
 impl Outputs {
     /// The outputs `--log-outputs` names, opened, the file among them
-    /// rotated when `rotation` is given; etcd's errors.
-    pub fn open(list: &str, rotation: Option<RotationConfig>) -> Result<Outputs, LogError> {
+    /// rotated when `rotation` (`--log-rotation-config-json`) is given;
+    /// etcd's errors, in etcd's order.
+    pub fn open(list: &str, rotation: Option<&str>) -> Result<Outputs, LogError> {
         let mut names: Vec<&str> = list.split(',').map(str::trim).filter(|name| !name.is_empty()).collect();
         names.sort_unstable();
         names.dedup();
@@ -79,9 +80,12 @@ impl Outputs {
         if names.len() > 1 && names.contains(&"default") {
             return Err(LogError("multi logoutput for \"default\" is not supported yet".into()));
         }
-        let rotated = match &rotation {
-            Some(_) => Some(RotationConfig::target(&names)?),
-            None => None,
+        let (rotated, rotation) = match rotation {
+            Some(json) => {
+                let target = RotationConfig::target(&names)?;
+                (target, Some(RotationConfig::parse(json)?))
+            }
+            None => (None, None),
         };
         let mut sinks = Vec::with_capacity(names.len());
         for name in names {
@@ -181,11 +185,7 @@ pub fn init(flags: LogFlags<'_>) -> Result<(), LogError> {
     };
     let level = level_filter(flags.level)?;
     // As etcd: the rotation config is read only when rotation is on.
-    let rotation = match flags.rotate {
-        true => Some(RotationConfig::parse(flags.rotation_config)?),
-        false => None,
-    };
-    let outputs = Outputs::open(flags.outputs, rotation)?;
+    let outputs = Outputs::open(flags.outputs, flags.rotate.then_some(flags.rotation_config))?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     tracing_subscriber::fmt()

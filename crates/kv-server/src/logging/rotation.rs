@@ -15,9 +15,13 @@
 //!   name is read as UTC), then gzips the rest to `<backup>.gz` when
 //!   `compress` is set;
 //! - the config is read only when rotation is enabled, with the same
-//!   refusals: rotation needs exactly one file among the outputs, and a
-//!   config that is not JSON, or whose fields have the wrong type, stops
-//!   the member at start.
+//!   refusals, in the same order: a single output that is not a file, or
+//!   more than one file, then a config that is not JSON or whose fields
+//!   have the wrong type, stop the member at start. (Outputs that name no
+//!   file at all, such as `stderr,stdout`, start with nothing to rotate,
+//!   as etcd's do.)
+//! - a new file gets mode 0644, as etcd 3.5's writer makes it (3.7's
+//!   makes 0600); a rotated file's successor keeps its mode.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
@@ -117,15 +121,18 @@ impl RotationConfig {
     }
 
     /// The file rotation applies to among `--log-outputs` (already
-    /// deduplicated), or etcd's refusal.
-    pub fn target<'a>(outputs: &[&'a str]) -> Result<&'a str, LogError> {
+    /// deduplicated), None when they name no file, or etcd's refusal: a
+    /// single output that is not a file, or more than one file.
+    pub fn target<'a>(outputs: &[&'a str]) -> Result<Option<&'a str>, LogError> {
         let files: Vec<&str> = outputs
             .iter()
             .copied()
             .filter(|name| !matches!(*name, "default" | "stderr" | "stdout"))
             .collect();
         match files.as_slice() {
-            [one] => Ok(one),
+            [] if outputs.len() == 1 => Err(LogError(INVALID_OUTPUT.into())),
+            [] => Ok(None),
+            [one] => Ok(Some(one)),
             _ => Err(LogError(INVALID_OUTPUT.into())),
         }
     }
@@ -162,17 +169,21 @@ pub struct Rotating {
 }
 
 impl Rotating {
-    /// Opens `path` for appending (rotating it first if already full), and
-    /// starts the backup thread, which runs once now.
+    /// Opens `path` for appending, and starts the backup thread, which
+    /// runs once now. A file already full, or one that cannot be opened
+    /// for appending, is rotated first (renamed to a backup, never
+    /// truncated), as etcd's writer does.
     pub fn open(path: &str, config: RotationConfig) -> Result<Rotating, LogError> {
         let refused = |error: std::io::Error| LogError(format!("couldn't open sink {path:?}: open {path}: {error}"));
         let path = PathBuf::from(path);
         let (file, size) = match std::fs::metadata(&path) {
-            Ok(meta) if (meta.len() as i64) < config.max_bytes() => {
-                let file = OpenOptions::new().append(true).open(&path).map_err(refused)?;
-                (file, meta.len() as i64)
-            }
-            _ => (open_new(&path).map_err(refused)?, 0),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => (open_new(&path).map_err(refused)?, 0),
+            Err(error) => return Err(refused(error)),
+            Ok(meta) if (meta.len() as i64) < config.max_bytes() => match OpenOptions::new().append(true).open(&path) {
+                Ok(file) => (file, meta.len() as i64),
+                Err(_) => (rotate(&path, config.local_time).map_err(refused)?, 0),
+            },
+            Ok(_) => (rotate(&path, config.local_time).map_err(refused)?, 0),
         };
         let (wake_mill, wake) = sync_channel::<()>(1);
         let (dir, name, settings) = (parent(&path), file_name(&path), config.clone());
@@ -363,15 +374,22 @@ fn mill(dir: &Path, name: &str, config: &RotationConfig) -> std::io::Result<()> 
         remove.extend(old);
         backups = young;
     }
+    // Each file on its own: one that cannot be removed or compressed
+    // leaves the others to be, and the first error is returned.
+    let mut first_error = None;
     for (_, file) in &remove {
-        std::fs::remove_file(dir.join(file))?;
+        if let Err(error) = std::fs::remove_file(dir.join(file)) {
+            first_error.get_or_insert(error);
+        }
     }
     if config.compress {
         for (_, file) in backups.iter().filter(|(_, file)| !file.ends_with(".gz")) {
-            compress(&dir.join(file))?;
+            if let Err(error) = compress(&dir.join(file)) {
+                first_error.get_or_insert(error);
+            }
         }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Gzips `source` to `<source>.gz` with its mode, then removes it.
@@ -422,7 +440,8 @@ mod tests {
             "--log-outputs requires a single file path when --log-rotate-config-json is defined"
         );
         assert!(RotationConfig::target(&["/tmp/a", "/tmp/b"]).is_err());
-        assert_eq!(RotationConfig::target(&["stderr", "/tmp/a"]).unwrap(), "/tmp/a");
+        assert_eq!(RotationConfig::target(&["stderr", "/tmp/a"]).unwrap(), Some("/tmp/a"));
+        assert_eq!(RotationConfig::target(&["stderr", "stdout"]).unwrap(), None);
     }
 
     #[test]
@@ -490,6 +509,27 @@ mod tests {
         .unwrap();
         assert_eq!(text.len(), 1_048_000);
         assert!(log.write_line(&vec![b'y'; MEGABYTE as usize + 1]).is_err());
+        drop(log);
+
+        // A file already full when the member starts is rotated, not
+        // truncated.
+        let full = dir.join("full.log");
+        std::fs::write(&full, vec![b'z'; MEGABYTE as usize]).unwrap();
+        let plain = RotationConfig {
+            compress: false,
+            max_backups: 0,
+            ..config
+        };
+        let reopened = Rotating::open(full.to_str().unwrap(), plain).unwrap();
+        assert_eq!(reopened.size, 0);
+        assert_eq!(std::fs::metadata(&full).unwrap().len(), 0);
+        let kept: Vec<u64> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap())
+            .filter(|entry| entry.file_name().to_string_lossy().starts_with("full-"))
+            .map(|entry| entry.metadata().unwrap().len())
+            .collect();
+        assert_eq!(kept, [MEGABYTE as u64], "the full file became a backup");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
