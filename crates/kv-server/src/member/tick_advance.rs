@@ -84,9 +84,10 @@ impl Member {
     }
 
     fn send_ticks(&self, ticks: usize) {
-        // A full queue means the loop is busy with inputs already: a
-        // leader is on its way or the member is stopping, so the advance
-        // is not needed.
-        let _ = self.node.try_send(NodeInput::AdvanceTicks(ticks));
+        // A full queue means the loop is busy with inputs already (a
+        // leader's messages, or a stop): the advance is skipped, and said.
+        if let Err(error) = self.node.try_send(NodeInput::AdvanceTicks(ticks)) {
+            tracing::warn!(%error, "ticks" = ticks, "the election tick advance was skipped");
+        }
     }
 }

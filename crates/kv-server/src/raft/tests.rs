@@ -90,6 +90,18 @@ fn start(index: usize, network: &Network) -> TestMember {
 fn start_on(index: usize, network: &Network, disk: Arc<dyn wal::Disk>) -> TestMember {
     let temporary = tempfile::tempdir().unwrap();
     let config = member_config(index, temporary.path());
+    start_with(config, temporary, network, disk, None)
+}
+
+/// A member from `config`, its data in `temporary`; `election_ticks`
+/// fixes raft's election timeout at exactly that many ticks.
+fn start_with(
+    config: crate::config::Config,
+    temporary: tempfile::TempDir,
+    network: &Network,
+    disk: Arc<dyn wal::Disk>,
+    election_ticks: Option<usize>,
+) -> TestMember {
     let options = wal::Options {
         disk,
         ..wal::Options::default()
@@ -103,7 +115,7 @@ fn start_on(index: usize, network: &Network, disk: Arc<dyn wal::Disk>) -> TestMe
             network: network.clone(),
         })),
         clock: Arc::new(RealClock),
-        election_ticks: None,
+        election_ticks,
         entropy: Arc::new(crate::entropy::OsEntropy),
     };
     let wired = wiring::wire(&config, opened, &tokio::runtime::Handle::current(), world).unwrap();
@@ -396,5 +408,47 @@ async fn a_failed_fsync_stops_its_member_alone() {
         healthy.iter().all(|m| m.member.current_revision() == last)
     })
     .await;
+    network.inputs.lock().clear();
+}
+
+/// Goal: the election clock's advance at start (`member/tick_advance.rs`)
+/// reaches raft: a single member whose election timeout is fixed at 300
+/// ticks (3 s) leads within a second once advanced, and is still
+/// leaderless after that second without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tick_advance_makes_a_single_member_lead_at_once() {
+    const ELECTION_TICKS: usize = 300;
+    let network = Network::default();
+    let start = |network: &Network| {
+        let temporary = tempfile::tempdir().unwrap();
+        let args = crate::flags::loopback::member_args(1, 0, temporary.path(), TICK, TICK * ELECTION_TICKS as u32);
+        let config = crate::flags::parse(&args, &[]).expect("the test's flags parse").config;
+        start_with(
+            config,
+            temporary,
+            network,
+            Arc::new(wal::RealDisk),
+            Some(ELECTION_TICKS),
+        )
+    };
+    let advanced = start(&network);
+    advanced.member.advance_election_ticks().await;
+    let started = Instant::now();
+    while advanced.member.leader() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "no leader a second after the advance"
+        );
+        tokio::time::sleep(TICK).await;
+    }
+    drop(advanced);
+    network.inputs.lock().clear();
+    let plain = start(&network);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        plain.member.leader(),
+        0,
+        "without the advance, a leader before the election timeout"
+    );
     network.inputs.lock().clear();
 }
