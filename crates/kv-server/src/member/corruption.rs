@@ -219,20 +219,52 @@ impl Member {
             );
             return None;
         }
-        let members = peers.len() + 1;
-        let corrupt = corrupt_members(self.local_id, own.hash, &compared, members);
-        tracing::error!(
-            "leader-id" = %leader_id,
-            "leader-revision" = own.revision,
-            "leader-compact-revision" = own.compact_revision,
-            "leader-hash" = own.hash,
-            "corrupt-members" = ?corrupt.iter().map(|id| format!("{id:x}")).collect::<Vec<_>>(),
-            "Detected compaction hash mismatch"
-        );
+        self.raise_compaction_mismatch(own, &compared, peers.len() + 1).await;
+        Some(false)
+    }
+
+    /// Logs a compaction hash mismatch as etcd 3.7.3 does and raises
+    /// CORRUPT for the members outside the quorum's hash (member 0 when
+    /// there is none), given the peers' hashes that were compared, in a
+    /// membership of `members`.
+    async fn raise_compaction_mismatch(&self, own: &mvcc::hash::KeyValueHash, compared: &[(u64, u32)], members: usize) {
+        let leader_id = format!("{:x}", self.local_id);
+        let corrupt = corrupt_members(self.local_id, own.hash, compared, members);
+        let quorum_exist = corrupt != [0];
+        if !quorum_exist {
+            tracing::error!(
+                "leader-id" = %leader_id,
+                "leader-revision" = own.revision,
+                "leader-compact-revision" = own.compact_revision,
+                "leader-hash" = own.hash,
+                "Detected compaction hash mismatch but cannot identify the corrupted members, so intentionally set the memberID as 0"
+            );
+        }
+        // One line per hash outside the quorum's (every differing hash
+        // when there is none), with the members holding it, as etcd logs.
+        let mut groups: Vec<(u32, Vec<String>)> = Vec::new();
+        for (member, hash) in std::iter::once((self.local_id, own.hash)).chain(compared.iter().copied()) {
+            match groups.iter_mut().find(|(held, _)| *held == hash) {
+                Some((_, ids)) => ids.push(format!("{member:x}")),
+                None => groups.push((hash, vec![format!("{member:x}")])),
+            }
+        }
+        let quorum = members / 2 + 1;
+        for (hash, ids) in groups.iter().filter(|(_, ids)| !quorum_exist || ids.len() < quorum) {
+            tracing::error!(
+                "leader-id" = %leader_id,
+                "leader-revision" = own.revision,
+                "leader-compact-revision" = own.compact_revision,
+                "leader-hash" = own.hash,
+                "peer-hash" = *hash,
+                "peer-ids" = %ids.join(","),
+                "quorum-exist" = quorum_exist,
+                "Detected compaction hash mismatch"
+            );
+        }
         for member in corrupt {
             self.raise_corrupt(member).await;
         }
-        Some(false)
     }
 
     /// The peers whose hash at `own`'s revision differs from it.
