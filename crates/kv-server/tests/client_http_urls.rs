@@ -68,7 +68,7 @@ fn http_urls_split_the_client_port_as_etcd_does() {
         http_on_client_url: false,
         grpc_on_http_url: false,
     };
-    for (name, binary, base) in [("kv-server", common::kv_server(), 33779), ("etcd", etcd.clone(), 33879)] {
+    for (name, binary, base) in [("kv-server", common::kv_server(), 24579), ("etcd", etcd.clone(), 24679)] {
         let running = split_member(&binary, &dir.path().join(name), base);
         let seen = outcome(running.members[0].client_port);
         eprintln!("{name}: {seen:?}");
@@ -77,7 +77,7 @@ fn http_urls_split_the_client_port_as_etcd_does() {
 
     for (name, binary) in [("kv-server", common::kv_server()), ("etcd", etcd)] {
         let data = dir.path().join(format!("{name}-same"));
-        let url = "http://127.0.0.1:33979";
+        let url = "http://127.0.0.1:24779";
         let args = [
             "--name",
             "same",
@@ -90,11 +90,11 @@ fn http_urls_split_the_client_port_as_etcd_does() {
             "--listen-client-http-urls",
             url,
             "--listen-peer-urls",
-            "http://127.0.0.1:33980",
+            "http://127.0.0.1:24780",
             "--initial-advertise-peer-urls",
-            "http://127.0.0.1:33980",
+            "http://127.0.0.1:24780",
             "--initial-cluster",
-            "same=http://127.0.0.1:33980",
+            "same=http://127.0.0.1:24780",
         ];
         let output = common::run_within(&binary, &args, Duration::from_secs(15));
         let said = common::text(&output);
@@ -103,7 +103,7 @@ fn http_urls_split_the_client_port_as_etcd_does() {
             "{name} started with one URL in both flags:\n{said}"
         );
         assert!(
-            said.contains("cannot bind both --client-listen-urls and --client-listen-http-urls on the same url http://127.0.0.1:33979"),
+            said.contains("cannot bind both --client-listen-urls and --client-listen-http-urls on the same url http://127.0.0.1:24779"),
             "{name}:\n{said}"
         );
     }

@@ -80,16 +80,16 @@ fn health_is_not_serving_during_defrag_with_the_flag() {
     let etcd = common::etcd_tool("ETCD_BIN", "etcd");
     let flag = "--experimental-stop-grpc-service-on-defrag=true";
     let cases = [
-        ("kv-server", common::kv_server(), 34079, Some(flag)),
-        ("etcd", etcd.clone(), 34179, Some(flag)),
+        ("kv-server", common::kv_server(), 24879, Some(flag)),
+        ("etcd", etcd.clone(), 24979, Some(flag)),
         (
             "kv-server-gate",
             common::kv_server(),
-            34279,
+            25079,
             Some("--feature-gates=StopGRPCServiceOnDefrag=true"),
         ),
-        ("kv-server-off", common::kv_server(), 34379, None),
-        ("etcd-off", etcd, 34479, None),
+        ("kv-server-off", common::kv_server(), 25179, None),
+        ("etcd-off", etcd, 25279, None),
     ];
     for (name, binary, base, flag) in cases {
         let flags: Vec<&str> = flag.into_iter().collect();

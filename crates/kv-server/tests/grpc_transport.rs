@@ -104,7 +104,7 @@ fn keepalive_and_stream_bound_follow_etcds_flags() {
         "--grpc-keepalive-timeout=1s",
         "--max-concurrent-streams=7",
     ];
-    for (name, binary, base) in [("kv-server", common::kv_server(), 33379), ("etcd", etcd.clone(), 33479)] {
+    for (name, binary, base) in [("kv-server", common::kv_server(), 25379), ("etcd", etcd.clone(), 25479)] {
         let running = member(&binary, &dir.path().join(name), base, &flags);
         let seen = watch_connection(running.members[0].client_port, true);
         eprintln!("{name} with {flags:?}: {seen:?}");
@@ -122,7 +122,7 @@ fn keepalive_and_stream_bound_follow_etcds_flags() {
             "{name}: an unanswered ping closed the connection after {closed:?}, the timeout is 1s"
         );
     }
-    for (name, binary, base) in [("kv-server", common::kv_server(), 33579), ("etcd", etcd, 33679)] {
+    for (name, binary, base) in [("kv-server", common::kv_server(), 25779), ("etcd", etcd, 25879)] {
         let running = member(&binary, &dir.path().join(format!("{name}-defaults")), base, &[]);
         let seen = watch_connection(running.members[0].client_port, false);
         eprintln!("{name} with etcd's defaults: {seen:?}");

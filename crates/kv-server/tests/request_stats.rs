@@ -99,8 +99,8 @@ fn slow_calls_are_logged_as_etcd_logs_them() {
     // The same ports, one after the other: the responses' headers carry
     // member and cluster ids made from the peer URLs, whose varints'
     // lengths are part of the response sizes compared.
-    let ours = run_calls(&common::kv_server(), &dir.path().join("kv"), 34779);
-    let theirs = run_calls(&etcd, &dir.path().join("etcd"), 34779);
+    let ours = run_calls(&common::kv_server(), &dir.path().join("kv"), 25979);
+    let theirs = run_calls(&etcd, &dir.path().join("etcd"), 25979);
     for (args, method) in CALLS {
         let pick = |lines: &[serde_json::Value]| {
             lines
