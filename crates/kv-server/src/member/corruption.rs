@@ -155,16 +155,7 @@ impl Member {
         let peers: Vec<u64> = self.membership.get().peers().map(|m| m.id).collect();
         let mut answers = Vec::with_capacity(peers.len());
         for peer in peers {
-            let answer = match self.leader_channels.client(peer) {
-                Ok(mut client) => client
-                    .hash_kv(pb::HashKvRequest { revision })
-                    .await
-                    .ok()
-                    .map(|answer| answer.into_inner())
-                    .map(|answer| (answer.compact_revision, answer.hash)),
-                Err(_) => None,
-            };
-            answers.push((peer, answer));
+            answers.push((peer, self.peer_hash(peer, revision).await));
         }
         answers
     }
@@ -284,21 +275,23 @@ impl Member {
         let peers: Vec<u64> = self.membership.get().peers().map(|m| m.id).collect();
         let mut hashes = Vec::new();
         for peer in peers {
-            if let Some(hash) = self.peer_hash(peer, revision, own.compact_revision).await {
-                hashes.push((peer, hash));
+            if let Some((compact_revision, hash)) = self.peer_hash(peer, revision).await {
+                if compact_revision == own.compact_revision {
+                    hashes.push((peer, hash));
+                }
             }
         }
         hashes
     }
 
-    /// `peer`'s hash at `revision`, when it answers at `compact_revision`;
-    /// None when the peer cannot say.
-    async fn peer_hash(&self, peer: u64, revision: i64, compact_revision: i64) -> Option<u32> {
+    /// `peer`'s (compact revision, hash) at `revision`; None when the
+    /// peer cannot say.
+    async fn peer_hash(&self, peer: u64, revision: i64) -> Option<(i64, u32)> {
         let mut client = self.leader_channels.client(peer).ok()?;
         match client.hash_kv(pb::HashKvRequest { revision }).await {
             Ok(answer) => {
                 let answer = answer.into_inner();
-                (answer.compact_revision == compact_revision).then_some(answer.hash)
+                Some((answer.compact_revision, answer.hash))
             }
             Err(status) => {
                 tracing::debug!(peer = format!("{peer:x}"), %status, "no hash from a peer");
