@@ -251,6 +251,17 @@ pub struct Config {
     #[arg(long, default_value = "1m", value_parser = parse_duration_or_zero)]
     pub experimental_compact_hash_check_time: Duration,
 
+    /// Have the leader checkpoint long leases' remaining TTLs through raft
+    /// every five minutes, so that a new leader does not restart their
+    /// clocks at the full TTL (`member/lessor.rs`).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub experimental_enable_lease_checkpoint: bool,
+
+    /// Store lease checkpoints as well, so that a restart does not restart
+    /// the clocks either; needs --experimental-enable-lease-checkpoint.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    pub experimental_enable_lease_checkpoint_persist: bool,
+
     /// Keys or revisions one step of compaction takes, under the store's
     /// lock; 0 is etcd's default, 1000 (mvcc's compaction.rs).
     #[arg(long, default_value_t = mvcc::compaction::COMPACTION_BATCH_LIMIT_DEFAULT)]

@@ -18,6 +18,9 @@ pub enum Error {
     /// A flag's value is unusable.
     #[error("--{flag}: {reason}")]
     Flag { flag: &'static str, reason: String },
+    /// Flags that cannot be used together, with etcd's message.
+    #[error("{0}")]
+    FlagConflict(&'static str),
     /// A file or directory could not be read or written.
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },

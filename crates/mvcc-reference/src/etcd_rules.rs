@@ -32,6 +32,7 @@ pub fn check(request: &WriteRequest) -> Result<()> {
         WriteRequest::LeaseGrant(grant) if grant.ttl > MAX_LEASE_TTL => Err(Error::LeaseTtlTooLarge),
         WriteRequest::LeaseGrant(_)
         | WriteRequest::LeaseRevoke(_)
+        | WriteRequest::LeaseCheckpoint(_)
         | WriteRequest::Compaction(_)
         | WriteRequest::Alarm(_)
         | WriteRequest::Membership(_)

@@ -406,6 +406,8 @@ impl Model {
             // The membership is kept for the server, opaque: no revision.
             WriteRequest::Membership(_) => Some(Ok(WriteResponse::Membership)),
             WriteRequest::Auth(_) => Some(Ok(WriteResponse::Auth)),
+            // Remaining TTLs are the server's (it times leases): no change.
+            WriteRequest::LeaseCheckpoint(_) => Some(Ok(WriteResponse::LeaseCheckpoint { revision: self.current })),
             _ => None,
         };
         if let Some(response) = response {
@@ -451,6 +453,7 @@ impl Model {
             },
             WriteRequest::Compaction(_)
             | WriteRequest::LeaseGrant(_)
+            | WriteRequest::LeaseCheckpoint(_)
             | WriteRequest::Alarm(_)
             | WriteRequest::Membership(_)
             | WriteRequest::Auth(_) => unreachable!(),

@@ -8,7 +8,12 @@
 //! - every attached key is live, and its lease exists;
 //! - a lease's TTL is what was granted, stored as `'l' + id -> ttl` (both
 //!   i64 big-endian), and the attachments are rebuilt on open from the
-//!   live values (each value records its lease).
+//!   live values (each value records its lease);
+//! - a lease's remaining TTL is 0 (unset) until a checkpoint sets it
+//!   (etcd's lease checkpoints: the leader records, through raft, how
+//!   long each long lease has left, so that a new leader does not restart
+//!   its clock at the full TTL). A member that persists checkpoints
+//!   stores a set one after the TTL: `'l' + id -> ttl, remaining`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -23,7 +28,19 @@ pub const NO_LEASE: i64 = 0;
 pub struct Lease {
     /// The granted TTL, in seconds.
     pub ttl: i64,
+    /// The TTL left at the last checkpoint, in seconds; 0 when unset.
+    pub remaining_ttl: i64,
     pub keys: BTreeSet<Box<[u8]>>,
+}
+
+/// One lease's TTLs, as a new leader reads them to start its clocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTtl {
+    pub id: i64,
+    /// The granted TTL, in seconds.
+    pub ttl: i64,
+    /// The TTL left at the last checkpoint, 0 when unset.
+    pub remaining_ttl: i64,
 }
 
 /// Every lease, and which lease holds each key.
@@ -47,6 +64,18 @@ impl LeaseTable {
         self.leases.iter().map(|(&id, lease)| (id, lease.ttl)).collect()
     }
 
+    /// Every lease's TTLs, in id order.
+    pub fn ttls(&self) -> Vec<LeaseTtl> {
+        self.leases
+            .iter()
+            .map(|(&id, lease)| LeaseTtl {
+                id,
+                ttl: lease.ttl,
+                remaining_ttl: lease.remaining_ttl,
+            })
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         self.leases.len()
     }
@@ -61,10 +90,24 @@ impl LeaseTable {
             id,
             Lease {
                 ttl,
+                remaining_ttl: 0,
                 keys: BTreeSet::new(),
             },
         );
         debug_assert!(previous.is_none(), "lease {id} granted twice");
+    }
+
+    /// Records a checkpoint of lease `id`'s remaining TTL (0 clears it).
+    /// Returns false, changing nothing, if the lease does not exist (it
+    /// was revoked after the checkpoint was proposed).
+    pub fn checkpoint(&mut self, id: i64, remaining_ttl: i64) -> bool {
+        match self.leases.get_mut(&id) {
+            Some(lease) => {
+                lease.remaining_ttl = remaining_ttl;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Removes a lease and returns it, with its keys, which are no longer

@@ -110,7 +110,7 @@ pub use error::{Code, Error, Result};
 pub use hash::KeyValueHash;
 pub use key_value::{Event, EventKind, KeyValue};
 pub use kv::{ReadView, WriteTxn};
-pub use lease::{Lease, MAX_LEASE_TTL, NO_LEASE};
+pub use lease::{Lease, LeaseTtl, MAX_LEASE_TTL, NO_LEASE};
 pub use observer::Observer;
 pub use request::*;
 pub use revision::Revision;

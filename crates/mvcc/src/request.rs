@@ -207,6 +207,21 @@ pub struct LeaseRevokeResponse {
     pub revision: i64,
 }
 
+/// Checkpoints of leases' remaining TTLs (etcd's `LeaseCheckpointRequest`),
+/// proposed by the leader: each lease that still exists takes its
+/// remaining TTL (0 clears it). Creates no revision.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LeaseCheckpointRequest {
+    pub checkpoints: Vec<LeaseCheckpoint>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeaseCheckpoint {
+    pub id: i64,
+    /// Seconds left, rounded up; 0 clears the checkpoint.
+    pub remaining_ttl: i64,
+}
+
 /// One member's alarm of one kind (etcd's `AlarmMember`; the kinds are
 /// etcd's `AlarmType` numbers: 1 NOSPACE, 2 CORRUPT).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -240,6 +255,7 @@ pub enum WriteRequest {
     Compaction(CompactionRequest),
     LeaseGrant(LeaseGrantRequest),
     LeaseRevoke(LeaseRevokeRequest),
+    LeaseCheckpoint(LeaseCheckpointRequest),
     Alarm(AlarmRequest),
     /// The cluster's membership after a change, encoded by the server: the
     /// store keeps it, opaque, so that it travels in every snapshot and
@@ -260,6 +276,10 @@ pub enum WriteResponse {
     LeaseGrant(LeaseGrantResponse),
     Alarm(AlarmResponse),
     LeaseRevoke(LeaseRevokeResponse),
+    /// The store's current revision (the header revision).
+    LeaseCheckpoint {
+        revision: i64,
+    },
     Membership,
     Auth,
 }

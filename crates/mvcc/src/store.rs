@@ -33,15 +33,16 @@ use crate::index::{RangeEnd, TreeIndex};
 use crate::key_index::Generation;
 use crate::key_value::{Event, EventKind, KeyValue};
 use crate::kv::{ReadView, WriteTxn};
-use crate::lease::{Lease, LeaseTable};
+use crate::lease::{Lease, LeaseTable, LeaseTtl};
 use crate::observer::Observer;
 use crate::pacing;
 use crate::range;
 use crate::records::{self, Overlay};
 use crate::request::{
     Alarm, AlarmRequest, AlarmResponse, Applied, CompactionRequest, CompactionResponse, DeleteRangeRequest,
-    DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest,
-    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse, WriteRequest, WriteResponse,
+    DeleteRangeResponse, LeaseCheckpointRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseRevokeRequest,
+    LeaseRevokeResponse, PutRequest, PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse, WriteRequest,
+    WriteResponse,
 };
 use crate::revision::Revision;
 use crate::txn;
@@ -215,6 +216,10 @@ pub struct Store {
     /// Set when sled failed to apply a batch: the index is then ahead of
     /// storage, so the store refuses everything until it is reopened.
     poisoned: AtomicBool,
+    /// Whether lease checkpoints are stored as well as kept in memory
+    /// (etcd's `--experimental-enable-lease-checkpoint-persist`): a
+    /// setting of this member, not of the cluster, as in etcd.
+    persist_lease_checkpoints: AtomicBool,
     /// A bit for each kind of alarm raised (`1 << kind`), kept with
     /// `State::alarms`, so that every write's check reads no lock.
     alarm_kinds: AtomicU32,
@@ -312,6 +317,30 @@ pub(crate) fn lease_key(id: i64) -> [u8; 9] {
     key
 }
 
+/// A lease's stored value: its TTL, then its checkpointed remaining TTL
+/// when one is set (see `lease.rs`).
+fn lease_record(ttl: i64, remaining_ttl: i64) -> Vec<u8> {
+    let mut record = ttl.to_be_bytes().to_vec();
+    if remaining_ttl != 0 {
+        record.extend_from_slice(&remaining_ttl.to_be_bytes());
+    }
+    record
+}
+
+/// The TTL and remaining TTL of a stored lease value, if it is one.
+fn decode_lease_record(value: &[u8]) -> Option<(i64, i64)> {
+    let word = |at: usize| {
+        value
+            .get(at..at + 8)
+            .map(|bytes| i64::from_be_bytes(bytes.try_into().unwrap()))
+    };
+    match value.len() {
+        8 => Some((word(0)?, 0)),
+        16 => Some((word(0)?, word(8)?)),
+        _ => None,
+    }
+}
+
 /// Rebuilds the in-memory index from every stored revision, and the lease
 /// table from the stored leases and the values naming them; reads the
 /// current and compact revisions.
@@ -320,10 +349,12 @@ fn rebuild(db: &sled::Db, values: &mut ValueFiles) -> Result<(TreeIndex, LeaseTa
     for item in db.scan_prefix([LEASE_SPACE]) {
         let (key, value) = item?;
         let id = key[1..].try_into().map(i64::from_be_bytes);
-        let ttl = value.as_ref().try_into().map(i64::from_be_bytes);
-        match (id, ttl) {
-            (Ok(id), Ok(ttl)) => leases.grant(id, ttl),
-            _ => return Err(corrupt("lease record is not two i64s")),
+        match (id, decode_lease_record(&value)) {
+            (Ok(id), Some((ttl, remaining_ttl))) => {
+                leases.grant(id, ttl);
+                leases.checkpoint(id, remaining_ttl);
+            }
+            _ => return Err(corrupt("lease record is not two or three i64s")),
         }
     }
     let mut index = TreeIndex::default();
@@ -411,6 +442,7 @@ impl Store {
             alarm_kinds: AtomicU32::new(kinds_of(&state.alarms)),
             max_txn_ops,
             poisoned: AtomicBool::new(false),
+            persist_lease_checkpoints: AtomicBool::new(false),
             observer: OnceLock::new(),
             published: parking_lot::Mutex::new((consistent_index, state.membership.clone())),
             published_index: AtomicU64::new(consistent_index),
@@ -467,6 +499,17 @@ impl Store {
     /// Every lease id with its granted TTL, in id order.
     pub fn leases(&self) -> Vec<(i64, i64)> {
         self.state.read().leases.list()
+    }
+
+    /// Every lease's granted and checkpointed TTLs, in id order.
+    pub fn lease_ttls(&self) -> Vec<LeaseTtl> {
+        self.state.read().leases.ttls()
+    }
+
+    /// Stores lease checkpoints from now on, as well as keeping them in
+    /// memory (etcd's `--experimental-enable-lease-checkpoint-persist`).
+    pub fn persist_lease_checkpoints(&self, persist: bool) {
+        self.persist_lease_checkpoints.store(persist, Ordering::Relaxed);
     }
 
     /// A serializable read at the current revision (or the request's).
@@ -635,6 +678,13 @@ impl Store {
                     events: Vec::new(),
                 }
             }
+            WriteRequest::LeaseCheckpoint(checkpoint) => {
+                let persist = self.persist_lease_checkpoints.load(Ordering::Relaxed);
+                return Applied {
+                    response: Ok(checkpoint_leases(state, batch, checkpoint, persist)),
+                    events: Vec::new(),
+                };
+            }
             WriteRequest::Membership(record) | WriteRequest::Auth(record) => {
                 return keep_record(state, batch, request, record);
             }
@@ -666,6 +716,7 @@ impl Store {
             WriteRequest::LeaseRevoke(revoke) => txn.revoke_lease(revoke).map(WriteResponse::LeaseRevoke),
             WriteRequest::Compaction(_)
             | WriteRequest::LeaseGrant(_)
+            | WriteRequest::LeaseCheckpoint(_)
             | WriteRequest::Alarm(_)
             | WriteRequest::Membership(_)
             | WriteRequest::Auth(_) => {
@@ -1676,6 +1727,27 @@ fn grant_lease(state: &mut State, batch: &mut Batch, request: &LeaseGrantRequest
     })
 }
 
+/// Applies lease checkpoints: each lease that still exists takes its
+/// remaining TTL, stored too when `persist`. No revision.
+fn checkpoint_leases(
+    state: &mut State,
+    batch: &mut Batch,
+    request: &LeaseCheckpointRequest,
+    persist: bool,
+) -> WriteResponse {
+    for checkpoint in &request.checkpoints {
+        if state.leases.checkpoint(checkpoint.id, checkpoint.remaining_ttl) && persist {
+            let ttl = state.leases.get(checkpoint.id).map_or(0, |lease| lease.ttl);
+            batch
+                .writes
+                .insert(&lease_key(checkpoint.id), lease_record(ttl, checkpoint.remaining_ttl));
+        }
+    }
+    WriteResponse::LeaseCheckpoint {
+        revision: state.current_revision,
+    }
+}
+
 /// etcd's NOSPACE alarm kind (`AlarmType_NOSPACE`).
 pub const ALARM_NOSPACE: i32 = 1;
 
@@ -1969,6 +2041,64 @@ impl WriteTxn for StoreTxn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Goal: lease checkpoints as etcd keeps them: applied, a lease's
+    // remaining TTL is in memory on every member; stored only where the
+    // member persists them, so only there does it survive a reopen; 0
+    // clears it, and a checkpoint of a revoked lease changes nothing.
+    // Method: the same checkpoints on a persisting and a non-persisting
+    // store, each reopened.
+    #[test]
+    fn lease_checkpoints_persist_only_when_asked() {
+        let checkpoint = |id, remaining_ttl| {
+            WriteRequest::LeaseCheckpoint(LeaseCheckpointRequest {
+                checkpoints: vec![crate::LeaseCheckpoint { id, remaining_ttl }],
+            })
+        };
+        let ttls = |store: &Store| -> Vec<(i64, i64, i64)> {
+            store
+                .lease_ttls()
+                .iter()
+                .map(|lease| (lease.id, lease.ttl, lease.remaining_ttl))
+                .collect()
+        };
+        for persist in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("kv");
+            let store = Store::open(&path).unwrap();
+            store.persist_lease_checkpoints(persist);
+            let grant = |id| WriteRequest::LeaseGrant(LeaseGrantRequest { id, ttl: 600 });
+            store.apply(1, &[grant(1), grant(2), grant(3)]).unwrap();
+            let applied = store
+                .apply(2, &[checkpoint(1, 300), checkpoint(2, 200), checkpoint(9, 100)])
+                .unwrap();
+            assert!(applied.iter().all(|applied| applied.response.is_ok()));
+            store
+                .apply(
+                    3,
+                    &[
+                        checkpoint(2, 0),
+                        WriteRequest::LeaseRevoke(LeaseRevokeRequest { id: 3 }),
+                    ],
+                )
+                .unwrap();
+            assert_eq!(
+                ttls(&store),
+                [(1, 600, 300), (2, 600, 0)],
+                "in memory, persist={persist}"
+            );
+            assert_eq!(store.current_revision(), 1, "checkpoints make no revision");
+            store.commit().unwrap();
+            drop(store);
+            let reopened = Store::open(&path).unwrap();
+            let kept = if persist { 300 } else { 0 };
+            assert_eq!(
+                ttls(&reopened),
+                [(1, 600, kept), (2, 600, 0)],
+                "reopened, persist={persist}"
+            );
+        }
+    }
 
     // Goal: the lock check recognises the error this sled version really
     // gives when a second handle opens a directory. Method: open twice.

@@ -22,6 +22,7 @@ pub fn check_write(request: &WriteRequest, max_txn_ops: usize) -> Result<()> {
         WriteRequest::Txn(txn) => check_txn(txn, max_txn_ops),
         WriteRequest::Compaction(_)
         | WriteRequest::LeaseRevoke(_)
+        | WriteRequest::LeaseCheckpoint(_)
         | WriteRequest::Alarm(_)
         | WriteRequest::Membership(_)
         | WriteRequest::Auth(_) => Ok(()),

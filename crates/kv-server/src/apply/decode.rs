@@ -118,6 +118,18 @@ fn decode_request(request: Option<Request>) -> Decoded {
                 id: revoke.id,
             })))
         }
+        Some(Request::LeaseCheckpoint(request)) => {
+            Decoded::Write(Ok(mvcc::WriteRequest::LeaseCheckpoint(mvcc::LeaseCheckpointRequest {
+                checkpoints: request
+                    .checkpoints
+                    .iter()
+                    .map(|checkpoint| mvcc::LeaseCheckpoint {
+                        id: checkpoint.id,
+                        remaining_ttl: checkpoint.remaining_ttl,
+                    })
+                    .collect(),
+            })))
+        }
         Some(Request::Alarm(alarm)) => match alarm_request(&alarm) {
             Some(request) => Decoded::Write(Ok(mvcc::WriteRequest::Alarm(request))),
             None => Decoded::Nothing,

@@ -427,6 +427,9 @@ impl Stage {
             match (request, &result.response) {
                 (mvcc::WriteRequest::LeaseGrant(grant), Ok(_)) => self.parts.lessor.granted(grant.id, grant.ttl),
                 (mvcc::WriteRequest::LeaseRevoke(revoke), Ok(_)) => self.parts.lessor.revoked(revoke.id),
+                (mvcc::WriteRequest::LeaseCheckpoint(request), Ok(_)) => {
+                    self.parts.lessor.checkpointed(&request.checkpoints)
+                }
                 (mvcc::WriteRequest::Compaction(compaction), Ok(_)) => {
                     tracing::info!(revision = compaction.revision, "compact tree index");
                     self.compacting

@@ -148,9 +148,6 @@ pub fn no_effect(name: &str) -> &'static str {
         | "txn-mode-write-with-shared-buffer" | "bootstrap-defrag-threshold-megabytes" => {
             "a setting of etcd's bbolt backend; the store is on sled"
         }
-        "enable-lease-checkpoint" | "enable-lease-checkpoint-persist" => {
-            "kv-server does not checkpoint lease TTLs through raft"
-        }
         "downgrade-check-time" => "cluster downgrades are not served",
         "grpc-keepalive-min-time" => {
             "clients' pings are answered however often they come (HTTP/2's server does not police their rate)"
@@ -189,7 +186,7 @@ pub fn markdown(honoured: &[String]) -> String {
             Disposition::Renamed(old) => format!("honoured, as --{old}"),
             Disposition::Special => match flag.name {
                 "feature-gates" => {
-                    "honoured: InitialCorruptCheck, CompactHashCheck, StopGRPCServiceOnDefrag; other gates are logged as no effect".into()
+                    "honoured: InitialCorruptCheck, CompactHashCheck, StopGRPCServiceOnDefrag, LeaseCheckpoint, LeaseCheckpointPersist; other gates are logged as no effect".into()
                 }
                 "config-file" => "honoured: etcd's YAML; other flags and variables are then ignored".into(),
                 _ => "honoured".into(),

@@ -13,7 +13,8 @@ use super::go_syntax::parse_bool;
 pub const GATES: &[(&str, &str)] = &[
     (
         "AllAlpha",
-        "sets every alpha gate; InitialCorruptCheck, CompactHashCheck and StopGRPCServiceOnDefrag have an effect here",
+        "sets every alpha gate; InitialCorruptCheck, CompactHashCheck, StopGRPCServiceOnDefrag, LeaseCheckpoint and \
+         LeaseCheckpointPersist have an effect here",
     ),
     ("AllBeta", "sets every beta gate; none has an effect here"),
     (
@@ -32,11 +33,11 @@ pub const GATES: &[(&str, &str)] = &[
         "TxnModeWriteWithSharedBuffer",
         "no effect: a bbolt buffering mode; the store is on sled",
     ),
+    ("LeaseCheckpoint", "honoured: as --experimental-enable-lease-checkpoint"),
     (
-        "LeaseCheckpoint",
-        "no effect: kv-server does not checkpoint lease TTLs through raft",
+        "LeaseCheckpointPersist",
+        "honoured: as --experimental-enable-lease-checkpoint-persist",
     ),
-    ("LeaseCheckpointPersist", "no effect: as LeaseCheckpoint"),
     (
         "SetMemberLocalAddr",
         "no effect: peers dial from the address the system picks",
@@ -73,6 +74,8 @@ pub const HONOURED: &[(&str, &str)] = &[
     ("InitialCorruptCheck", "experimental-initial-corrupt-check"),
     ("CompactHashCheck", "experimental-compact-hash-check-enabled"),
     ("StopGRPCServiceOnDefrag", "experimental-stop-grpc-service-on-defrag"),
+    ("LeaseCheckpoint", "experimental-enable-lease-checkpoint"),
+    ("LeaseCheckpointPersist", "experimental-enable-lease-checkpoint-persist"),
 ];
 
 /// The flags the gates set: for each honoured gate its own last setting,
@@ -107,16 +110,24 @@ mod tests {
             [
                 ("experimental-initial-corrupt-check", false),
                 ("experimental-compact-hash-check-enabled", false),
-                ("experimental-stop-grpc-service-on-defrag", true)
+                ("experimental-stop-grpc-service-on-defrag", true),
+                ("experimental-enable-lease-checkpoint", false),
+                ("experimental-enable-lease-checkpoint-persist", false)
             ]
         );
-        assert_eq!(honoured_flags(&parse("LeaseCheckpoint=1").unwrap()), []);
+        assert_eq!(
+            honoured_flags(&parse("LeaseCheckpoint=1").unwrap()),
+            [("experimental-enable-lease-checkpoint", true)]
+        );
+        assert_eq!(honoured_flags(&parse("PriorityRequest=1").unwrap()), []);
         assert_eq!(
             honoured_flags(&parse("StopGRPCServiceOnDefrag=false,AllAlpha=true").unwrap()),
             [
                 ("experimental-initial-corrupt-check", true),
                 ("experimental-compact-hash-check-enabled", true),
-                ("experimental-stop-grpc-service-on-defrag", false)
+                ("experimental-stop-grpc-service-on-defrag", false),
+                ("experimental-enable-lease-checkpoint", true),
+                ("experimental-enable-lease-checkpoint-persist", true)
             ]
         );
         assert_eq!(parse("Nope=true").unwrap_err(), "unrecognized feature gate: Nope");

@@ -15,6 +15,7 @@ use crate::auth::Caller;
 use crate::config::Config;
 use crate::error::RequestError;
 use crate::member::core::Member;
+use crate::member::lessor::LEASE_CHECKPOINT_BATCH;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::peer_client::PeerClient;
 use crate::proto::kvserverpb::raft_request;
@@ -56,7 +57,7 @@ impl Member {
         let leading = self.leader() == self.member_id();
         let extend = self.config.election_timeout();
         self.lessor
-            .sync(leading, self.status.term(), extend, || self.store.leases())
+            .sync(leading, self.status.term(), extend, || self.store.lease_ttls())
     }
 
     fn route(&self) -> Result<Route, RequestError> {
@@ -141,7 +142,18 @@ impl Member {
         if !self.lessor_sync() {
             return Err(RequestError::LeaderChanged);
         }
-        let ttl = match self.store.lease(id) {
+        let lease = self.store.lease(id);
+        if let Some(lease) = &lease {
+            if lease.remaining_ttl > 0 && self.lessor.checkpointing() {
+                // Renewed, the lease has its whole TTL again: its
+                // checkpoint is cleared first, through raft, so that a new
+                // leader does not start it from the old one (etcd's
+                // Renew). Only a checkpointed lease pays this entry.
+                let clear = mvcc::LeaseCheckpoint { id, remaining_ttl: 0 };
+                self.propose_lease_checkpoints(vec![clear]).await?;
+            }
+        }
+        let ttl = match lease {
             Some(lease) if self.lessor.renew(id, lease.ttl) => lease.ttl,
             _ => 0,
         };
@@ -188,14 +200,42 @@ impl Member {
         })
     }
 
+    /// Proposes lease checkpoints, in one entry.
+    async fn propose_lease_checkpoints(&self, checkpoints: Vec<mvcc::LeaseCheckpoint>) -> Result<(), RequestError> {
+        let request = pb::LeaseCheckpointRequest {
+            checkpoints: checkpoints
+                .into_iter()
+                .map(|checkpoint| pb::LeaseCheckpoint {
+                    id: checkpoint.id,
+                    remaining_ttl: checkpoint.remaining_ttl,
+                })
+                .collect(),
+        };
+        match self.propose(raft_request::Request::LeaseCheckpoint(request)).await? {
+            mvcc::WriteResponse::LeaseCheckpoint { .. } => Ok(()),
+            other => unreachable!("a lease checkpoint answered {other:?}"),
+        }
+    }
+
     /// Every [`LEASE_EXPIRY_CHECK`], on the leader: proposes revoking each
-    /// expired lease (at most [`LEASE_REVOKES_PER_CHECK`] per check). Runs
-    /// until the process ends.
+    /// expired lease (at most [`LEASE_REVOKES_PER_CHECK`] per check), and
+    /// the lease checkpoints due (at most [`LEASE_CHECKPOINT_BATCH`] per
+    /// check, one entry). Runs until the process ends.
     pub async fn revoke_expired_leases(self: Arc<Self>) {
         loop {
             tokio::time::sleep(LEASE_EXPIRY_CHECK).await;
             if !self.lessor_sync() {
                 continue;
+            }
+            let due = self.lessor.take_due_checkpoints(LEASE_CHECKPOINT_BATCH);
+            if !due.is_empty() {
+                let member = self.clone();
+                tokio::spawn(async move {
+                    let count = due.len();
+                    if let Err(error) = member.propose_lease_checkpoints(due).await {
+                        tracing::warn!(count, %error, "failed to checkpoint leases");
+                    }
+                });
             }
             for id in self.lessor.take_expired(LEASE_REVOKES_PER_CHECK) {
                 let member = self.clone();

@@ -472,7 +472,7 @@ impl Metrics {
 }
 
 /// The `op` label of each kind of write the store applies.
-const APPLY_OPS: [&str; 9] = [
+const APPLY_OPS: [&str; 10] = [
     "Put",
     "DeleteRange",
     "Txn",
@@ -482,6 +482,7 @@ const APPLY_OPS: [&str; 9] = [
     "Alarm",
     "ClusterMemberAttrSet",
     "Auth",
+    "LeaseCheckpoint",
 ];
 
 fn apply_op(request: &mvcc::WriteRequest) -> usize {
@@ -495,6 +496,7 @@ fn apply_op(request: &mvcc::WriteRequest) -> usize {
         mvcc::WriteRequest::Alarm(_) => 6,
         mvcc::WriteRequest::Membership(_) => 7,
         mvcc::WriteRequest::Auth(_) => 8,
+        mvcc::WriteRequest::LeaseCheckpoint(_) => 9,
     }
 }
 

@@ -31,6 +31,12 @@ pub const PEER_RUNTIME_WORKERS: usize = 1;
 /// Runs a member until it is told to stop. Returns why it could not start.
 pub fn run(mut config: Config) -> Result<(), Error> {
     refuse_before_start(&config)?;
+    if config.experimental_enable_lease_checkpoint && !config.experimental_enable_lease_checkpoint_persist {
+        tracing::warn!(
+            "Detected that checkpointing is enabled without persistence. Consider enabling \
+             experimental-enable-lease-checkpoint-persist"
+        );
+    }
     // Auto-TLS's files are the first thing written to the data directory.
     let mut client_urls = crate::config::urls(&config.listen_client_urls);
     client_urls.extend(crate::config::urls(&config.listen_client_http_urls));
@@ -95,6 +101,11 @@ fn refuse_before_start(config: &Config) -> Result<(), Error> {
             flag: "experimental-compact-hash-check-time",
             reason: "must be >0 (set to 0s)".into(),
         });
+    }
+    if config.experimental_enable_lease_checkpoint_persist && !config.experimental_enable_lease_checkpoint {
+        return Err(Error::FlagConflict(
+            "setting experimental-enable-lease-checkpoint-persist requires experimental-enable-lease-checkpoint",
+        ));
     }
     config.tls.check()?;
     crate::config::check_listen_urls(config)?;

@@ -95,6 +95,7 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
         dir: opened.dir.clone(),
     });
     let local_id = opened.membership.local_id;
+    let lessor = lease_checkpoints(config, &opened.store, world.clock.clone());
     let dials = world.outbox.is_none();
     let halt = Halt::default();
     let peers = PeerSet::new(local_id, node_sender.clone(), runtime, &source, &halt, dials);
@@ -103,7 +104,7 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
         membership: Arc::new(SharedMembership::new(opened.membership)),
         status: Arc::new(RaftStatus::default()),
         waiters: Arc::new(Waiters::new(world.clock.since_epoch())),
-        lessor: Arc::new(Lessor::new(world.clock.clone())),
+        lessor,
         watch_hub: Arc::new(WatchHub::default()),
         auth: Arc::new(open_auth(config, &opened.store, &world)?),
         peers,
@@ -154,6 +155,16 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
         stage,
         apply_inputs,
     })
+}
+
+/// The lessor, checkpointing when `config` asks for it, and the store
+/// told whether to persist the checkpoints (`member/lessor.rs`).
+fn lease_checkpoints(config: &Config, store: &mvcc::Store, clock: Arc<dyn crate::clock::Clock>) -> Arc<Lessor> {
+    store.persist_lease_checkpoints(config.experimental_enable_lease_checkpoint_persist);
+    let interval = config
+        .experimental_enable_lease_checkpoint
+        .then(crate::member::lessor::lease_checkpoint_interval);
+    Arc::new(Lessor::new(clock, interval))
 }
 
 /// A member's two threads, running. The server leaves them detached (it
