@@ -221,7 +221,8 @@ fn the_flags_are_checked_and_warned_about_as_etcd_does() {
 /// etcd 3.5.17 and kv-server side by side at etcd's real five-minute
 /// interval: a 600-second lease, 310 s of checkpoints, then the leader
 /// killed. Both new leaders report what the checkpoint left, not the full
-/// TTL. Six minutes, so not in CI.
+/// TTL, within two seconds of each other (measured on 2026-11-26: etcd
+/// 300, kv-server 301). Six minutes, so not in CI.
 #[test]
 #[ignore]
 fn at_etcds_interval_both_go_on_from_the_checkpoint() {
@@ -244,8 +245,16 @@ fn at_etcds_interval_both_go_on_from_the_checkpoint() {
         })
     })
     .collect();
-    for run in runs {
-        let ttl = run.join().expect("the run");
-        assert!(ttl <= 595, "the new leader restarted the lease: TTL {ttl}");
+    let ttls: Vec<i64> = runs.into_iter().map(|run| run.join().expect("the run")).collect();
+    // The checkpoint at 300 s left 300 s; the new leader adds an election
+    // timeout. Without it, the new leader would answer 600.
+    for ttl in &ttls {
+        assert!(*ttl <= 305, "the new leader restarted the lease: TTL {ttl}");
     }
+    assert!(
+        (ttls[0] - ttls[1]).abs() <= 2,
+        "etcd {} against kv-server {}",
+        ttls[0],
+        ttls[1]
+    );
 }
