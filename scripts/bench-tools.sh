@@ -25,7 +25,16 @@ our_binaries() {  # packages
     local package variable build=()
     for package in "$@"; do
         variable=$(echo "$package" | tr 'a-z-' 'A-Z_')_BIN
-        [ -n "${!variable:-}" ] || build+=(-p "$package")
+        if [ -n "${!variable:-}" ]; then
+            continue
+        fi
+        if [ "$package" = kv-server ]; then
+            # Alone, as users build it: built with the others, it would
+            # take their features of shared dependencies.
+            cargo build --release -p kv-server >&2
+        else
+            build+=(-p "$package")
+        fi
     done
     [ -n "${LOCAL_CLUSTER_BIN:-}" ] || build+=(-p cluster)
     if [ "${#build[@]}" -gt 0 ]; then

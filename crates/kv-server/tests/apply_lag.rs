@@ -14,8 +14,6 @@
 //! that follower must be refused with the row's code and message; after
 //! the stall they must succeed, and the follower must hold every key.
 
-#![cfg(feature = "failpoints")]
-
 mod common;
 
 use std::time::{Duration, Instant};
@@ -54,7 +52,7 @@ async fn a_member_far_behind_refuses_writes_until_it_catches_up() {
     // keeps the whole log and the follower catches up from entries, not
     // from a snapshot.
     let mut cluster = common::Cluster::start(
-        &common::kv_server(),
+        &common::kv_server_with_failpoints(),
         dir.path(),
         9379,
         &[

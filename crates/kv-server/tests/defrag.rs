@@ -154,7 +154,7 @@ async fn defrag_gives_space_back_as_etcds_does() {
     drop(shrinks(&common::etcd_tool("ETCD_BIN", "etcd"), etcd_dir.path(), 21379).await);
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cluster = shrinks(&common::kv_server(), dir.path(), 21479).await;
+    let mut cluster = shrinks(&common::kv_server_with_failpoints(), dir.path(), 21479).await;
     let endpoint = cluster.members[0].endpoint();
 
     // Killed in the middle of a defragmentation, at each point a crash

@@ -205,7 +205,7 @@ async fn a_snapshot_etcd_wrote_restores_unchanged() {
     // a restore again (after removing it) comes out whole.
     let restored_dir = tempfile::tempdir().expect("tempdir");
     let data_dir = restored_dir.path().join("infra1");
-    let mut crash = common::restore_command(&[common::kv_server()], &file, &data_dir, peer);
+    let mut crash = common::restore_command(&[common::kv_server_with_failpoints()], &file, &data_dir, peer);
     crash.env("FAILPOINTS", "mvcc::restore_started=return");
     let crashed = restore_with(crash, false);
     assert!(!crashed.status.success(), "the restore stops at the failpoint");

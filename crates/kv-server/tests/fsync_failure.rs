@@ -9,8 +9,6 @@
 //! that member must exit with a failure status and say why in its log,
 //! and the other two must keep accepting writes.
 
-#![cfg(feature = "failpoints")]
-
 mod common;
 
 use std::time::{Duration, Instant};
@@ -45,7 +43,7 @@ async fn failed_value_file_sync_stops_the_member() {
 /// which must stop with `log_line` in its log.
 async fn stops_on(failpoint: &str, port: u16, log_line: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cluster = common::Cluster::start(&common::kv_server(), dir.path(), port, &[]);
+    let mut cluster = common::Cluster::start(&common::kv_server_with_failpoints(), dir.path(), port, &[]);
     cluster.members[2].env = vec![("FAILPOINTS".into(), failpoint.into())];
     cluster.restart(2);
 

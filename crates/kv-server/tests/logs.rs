@@ -82,13 +82,18 @@ fn lines_are_etcds_json_and_say_what_etcd_says() {
     }
 }
 
-#[cfg(feature = "failpoints")]
 #[test]
 fn a_stalled_fdatasync_is_logged() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("kv-server.log");
     let outputs = format!("--log-outputs={}", log.display());
-    let mut cluster = common::Cluster::new(&common::kv_server(), &dir.path().join("data"), 18679, 1, &[&outputs]);
+    let mut cluster = common::Cluster::new(
+        &common::kv_server_with_failpoints(),
+        &dir.path().join("data"),
+        18679,
+        1,
+        &[&outputs],
+    );
     cluster.members[0].env = vec![("FAILPOINTS".into(), "wal::fdatasync=20*off->1*sleep(1100)->off".into())];
     cluster.start_all();
     for i in 0..30 {

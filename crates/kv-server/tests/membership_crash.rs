@@ -169,7 +169,7 @@ async fn kill_leader_during(cluster: &mut common::Cluster, running: &[usize], ar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_members_lose_nothing_in_membership_changes() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cluster = common::Cluster::start(&common::kv_server(), dir.path(), BASE, &[]);
+    let mut cluster = common::Cluster::start(&common::kv_server_with_failpoints(), dir.path(), BASE, &[]);
     let mut acknowledged = Vec::new();
     write(&cluster, &[0, 1, 2], 0..500, &mut acknowledged).await;
 

@@ -85,7 +85,6 @@ async fn stopped_member_catches_up_by_snapshot() {
 /// raft loop recorded the received snapshot in the WAL and before the
 /// store took it; the restart after that must finish the install from the
 /// snapshot file it kept.
-#[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_install_cut_short_finishes_on_restart() {
     catch_up(7479, true).await;
@@ -93,12 +92,13 @@ async fn an_install_cut_short_finishes_on_restart() {
 
 async fn catch_up(base: u16, stop_before_install: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cluster = common::Cluster::start(
-        &common::kv_server(),
-        dir.path(),
-        base,
-        &["--snapshot-count", SNAPSHOT_COUNT],
-    );
+    // Only the install cut short needs the failpoints built in.
+    let binary = if stop_before_install {
+        common::kv_server_with_failpoints()
+    } else {
+        common::kv_server()
+    };
+    let mut cluster = common::Cluster::start(&binary, dir.path(), base, &["--snapshot-count", SNAPSHOT_COUNT]);
     let endpoints: Vec<String> = cluster.members.iter().map(|m| m.endpoint()).collect();
     // Stop a follower, and write through the leader.
     let (leader, _) = common::leader(&endpoints, Duration::from_secs(10)).await;

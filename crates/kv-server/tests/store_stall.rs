@@ -15,8 +15,6 @@
 //! every member's leader and term; each member's
 //! `etcd_server_leader_changes_seen_total` must not move.
 
-#![cfg(feature = "failpoints")]
-
 mod common;
 
 /// Apply batches each member takes before its store stalls: past the
@@ -32,7 +30,7 @@ const PUTS: &str = "40000";
 fn a_stalled_store_costs_no_election() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cluster = common::Cluster::new(
-        &common::kv_server(),
+        &common::kv_server_with_failpoints(),
         dir.path(),
         26579,
         3,

@@ -257,7 +257,21 @@ pub fn expect_error<T: std::fmt::Debug>(
 
 /// The binary of this project's server, built by cargo for the tests.
 pub fn kv_server() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_kv-server"))
+    std::env::var_os("KV_SERVER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kv-server")))
+}
+
+/// The kv-server with its failpoints compiled in, which `FAILPOINTS` in
+/// its environment arms: only the fault tests run it. `scripts/test`
+/// builds it (`--features failpoints`) into `KV_SERVER_FAILPOINTS_BIN`;
+/// without that variable, the binary cargo built for this test, which has
+/// them when the test is run with `--features failpoints`.
+#[allow(dead_code)]
+pub fn kv_server_with_failpoints() -> PathBuf {
+    std::env::var_os("KV_SERVER_FAILPOINTS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kv-server")))
 }
 
 /// Builds the Go program in `tests/go/<name>` (a client written with
