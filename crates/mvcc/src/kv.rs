@@ -1,6 +1,6 @@
 //! The store's contract, as traits: a read view at one revision, and a
 //! write transaction that creates at most one new revision. The sled
-//! implementation (`store.rs`) sits behind them, and the txn logic
+//! implementation (`store/`) sits behind them, and the txn logic
 //! (`txn.rs`) is written against them only.
 
 use crate::error::Result;

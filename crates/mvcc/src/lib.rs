@@ -21,7 +21,10 @@
 //! - [`records`]: finding, visiting, writing and dropping stored revisions.
 //! - [`value_files`]: the blocks' bytes, in files beside sled, which
 //!   holds pointers to them; their durability and reclaiming.
-//! - [`store`]: the sled implementation: open, apply, read, compact, hash.
+//! - [`store`]: the sled implementation, split along etcd's lines: the
+//!   backend (the open batch and its commit), the schema (records the
+//!   server owns), recovery, apply and reads, compaction, snapshots and
+//!   the defragmentation's switch.
 //! - [`import`]: a snapshot dump written from another store's history
 //!   (how etcd's own backups are restored).
 //! - [`defrag`]: rewriting the store compactly while it serves, its

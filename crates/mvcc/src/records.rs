@@ -395,7 +395,7 @@ pub fn scan(
 /// which a build of version 2 refuses it rather than read pointers as
 /// blocks.
 pub const FORMAT: u32 = 3;
-/// The format a snapshot dump declares (store.rs, `Store::snapshot_to`):
+/// The format a snapshot dump declares (store/snapshot.rs, `Store::snapshot_to`):
 /// it holds every block itself, as a format-2 store does, so that a member
 /// of a build before value files can restore it.
 pub const FORMAT_BLOCKS_IN_SLED: u32 = 2;

@@ -46,7 +46,7 @@
 //! when the store opens and kept by every commit. A compaction that
 //! rewrites blocks leaves their old bytes dead. Once a file other than
 //! the newest holds less than [`RECLAIM_LIVE_PERCENT`] live bytes, its
-//! live blocks are rewritten into the newest file (store.rs, a step at a
+//! live blocks are rewritten into the newest file (store/compact.rs, a step at a
 //! time after the compaction), and once sled holds none of its pointers,
 //! durably, it is deleted. A defragmentation reclaims every file below
 //! [`DEFRAG_RECLAIM_LIVE_PERCENT`] live, so the store shrinks to about its

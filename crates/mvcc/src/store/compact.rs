@@ -1,0 +1,370 @@
+//! Compaction: the hash etcd takes while it compacts, the queued work done
+//! in paced steps, and the reclaim of value files it empties; HashKV.
+
+use super::*;
+
+/// How many times HashKV finishes queued compaction work before it hashes
+/// anyway: compactions come minutes apart, so a second try is already
+/// rare; the bound keeps a stream of them from holding HashKV forever.
+pub(super) const HASH_DRAIN_TRIES_MAX: usize = 10;
+
+/// Starts reclaiming the value files holding less than `percent` of their
+/// bytes live (value_files.rs), if there are any.
+pub(super) fn start_reclaim(state: &mut State, percent: u64) {
+    let files: BTreeSet<u64> = state.values.reclaimable(percent).into_iter().collect();
+    if !files.is_empty() {
+        state.reclaim = Some(Reclaim { files, after: None });
+    }
+}
+
+/// One hash step: feeds `hasher` the stored revisions from `from` on,
+/// about `limit` of them, and returns the main revision it ended at: that
+/// of the `limit`-th stored at or after `from` (every sub-revision of it
+/// is taken too), or `to_main` when fewer are stored through it. Counts
+/// what is stored ([`each_through`]), not revision numbers: after
+/// compactions the kept revisions lie far apart. One walk, so each block
+/// is read once.
+pub(super) fn hash_step(
+    db: &sled::Db,
+    values: &ValueFiles,
+    batch: &Batch,
+    from: Revision,
+    to_main: i64,
+    limit: usize,
+    hasher: &mut Hasher,
+) -> Result<i64> {
+    let (mut counted, mut end) = (0, to_main);
+    each_through(db, values, batch, from, to_main, |revision, tombstone, value| {
+        if counted >= limit && revision.main != end {
+            return Ok(ControlFlow::Break(()));
+        }
+        feed(hasher, revision, tombstone, value)?;
+        counted += 1;
+        if counted >= limit {
+            end = revision.main;
+        }
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok(end)
+}
+
+/// Feeds `hasher` one stored revision, decoding its record only when the
+/// hasher takes it.
+pub(super) fn feed(hasher: &mut Hasher, revision: Revision, tombstone: bool, value: &[u8]) -> Result<()> {
+    if hasher.wants(revision, tombstone) {
+        hasher.write(revision, tombstone, &records::read_stored(value)?);
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Compacts at the request's revision: the index drops what no read at
+    /// or after it needs, and the batch removes those revisions from
+    /// storage. Before removing anything it hashes what is stored at or
+    /// below the revision, as etcd does while it compacts, and remembers
+    /// that hash for HashKV (see `hash.rs`).
+    ///
+    /// Cost: the hash reads every stored revision at or below the compact
+    /// revision, under the write lock, so a compaction pauses applies and
+    /// reads for about as long as a HashKV of the whole store takes.
+    pub(super) fn compact(&self, state: &mut State, request: &CompactionRequest) -> Result<CompactionResponse> {
+        if request.revision <= state.compact_revision {
+            return Err(Error::Compacted);
+        }
+        if request.revision > state.current_revision {
+            return Err(Error::FutureRevision);
+        }
+        // The work is queued, and done in steps (see compaction.rs).
+        state
+            .compactions
+            .push_compaction(state.compact_revision, request.revision);
+        self.compaction_queued.store(true, Ordering::Release);
+        state.compact_revision = request.revision;
+        Ok(CompactionResponse {
+            revision: state.current_revision,
+        })
+    }
+
+    /// The hash etcd takes while compacting at `at`, and HashKV's at `at`
+    /// (see `hash.rs`): every revision stored at or below `at` (through the
+    /// overlay of an earlier compaction in this batch), then what this
+    /// batch wrote (all newer than anything stored).
+    /// HashKV's hash at `at` with `kept`'s compact revision and keep set,
+    /// in one pass over the stored revisions.
+    pub(super) fn compaction_hash(
+        &self,
+        values: &ValueFiles,
+        batch: &Batch,
+        at: i64,
+        kept: Keep,
+    ) -> Result<KeyValueHash> {
+        let mut hasher = Hasher::new(at, kept);
+        let db = self.db.read();
+        each_through(
+            &db,
+            values,
+            batch,
+            Revision::new(1, 0),
+            at,
+            |revision, tombstone, value| {
+                feed(&mut hasher, revision, tombstone, value)?;
+                Ok(ControlFlow::Continue(()))
+            },
+        )?;
+        Ok(hasher.finish())
+    }
+
+    /// Whether compaction work is queued (see compaction.rs). Reads no
+    /// lock.
+    pub fn compaction_pending(&self) -> bool {
+        self.compaction_queued.load(Ordering::Acquire)
+    }
+
+    /// Sets etcd's `--experimental-compaction-batch-limit`: the keys or
+    /// revisions one compaction step takes; 0 is etcd's default, and a
+    /// limit above [`COMPACTION_BATCH_LIMIT_MAX`] is lowered to it.
+    pub fn set_compaction_batch_limit(&self, limit: usize) {
+        let limit = match limit {
+            0 => COMPACTION_BATCH_LIMIT_DEFAULT,
+            _ => limit.min(COMPACTION_BATCH_LIMIT_MAX),
+        };
+        self.compaction_batch_limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// Does one step of the queued compaction work, at most the batch
+    /// limit's keys or revisions, under the state lock; whether more
+    /// remains. The server's apply stage calls it between applies.
+    pub fn compact_step(&self) -> Result<bool> {
+        if !self.compaction_pending() {
+            return Ok(false);
+        }
+        self.check_usable()?;
+        let mut state = self.state.write();
+        let started = Instant::now();
+        let limit = self.compaction_batch_limit.load(Ordering::Relaxed);
+        if state.compactions.is_empty() {
+            // What is left is reclaiming the space the compaction freed.
+            let more = state.reclaim.is_some() && self.reclaim_step(&mut state)?;
+            self.compaction_queued.store(more, Ordering::Release);
+            if let Some(observer) = self.observer.get() {
+                observer.compaction_step(false, 0, started.elapsed());
+            }
+            return Ok(more);
+        }
+        let mut kind = (false, 0);
+        if let Some(mut step) = state.compactions.next_step(limit) {
+            self.run_step(&mut state, &mut step, limit)?;
+            kind = match &step {
+                Step::Index { .. } => (true, 0),
+                Step::Hash { .. } => (false, 0),
+                Step::Remove(removed) => (false, removed.len()),
+            };
+            fail::fail_point!("mvcc::compaction_step", |_| std::process::abort());
+            // An index step records its own progress (`run_step`).
+            let finished = match step {
+                Step::Index { .. } => None,
+                _ => state.compactions.done(&step),
+            };
+            if let Some(hash) = finished {
+                state.compaction_hashes.push_back(hash);
+                if state.compaction_hashes.len() > COMPACTION_HASHES_KEPT {
+                    state.compaction_hashes.pop_front();
+                }
+            }
+        }
+        if state.compactions.is_empty() && state.reclaim.is_none() {
+            // Its removals counted first: they are what leaves bytes dead.
+            commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
+            start_reclaim(&mut state, RECLAIM_LIVE_PERCENT);
+        }
+        let more = !state.compactions.is_empty() || state.reclaim.is_some();
+        self.compaction_queued.store(more, Ordering::Release);
+        if let Some(observer) = self.observer.get() {
+            observer.compaction_step(kind.0, kind.1, started.elapsed());
+        }
+        Ok(more)
+    }
+
+    /// One step of the reclaim under way (value_files.rs): moves about
+    /// [`records::MOVE_BYTES_MAX`] of its files' blocks into the newest
+    /// file and commits; once none is left, makes sled durable and retires
+    /// the files (unlinked off this thread). Whether more remains.
+    pub(super) fn reclaim_step(&self, state: &mut State) -> Result<bool> {
+        let Some(job) = state.reclaim.take() else {
+            return Ok(false);
+        };
+        let db = self.db.read();
+        // The open batch's own blocks go to the newest file, never to one
+        // being reclaimed, and blocks its overlay rewrites are skipped:
+        // what is moved is sled's, with no commit first.
+        let State { values, batch, .. } = &mut *state;
+        let rewrites = batch.overlay.len();
+        let next = records::move_blocks(&db, values, &mut batch.overlay, &job.files, job.after.as_deref())?;
+        // The last step commits whatever the batch rewrites: a block it
+        // rewrites was skipped above, and sled must not keep a durable
+        // pointer into the files once they go.
+        if batch.overlay.len() > rewrites || next.is_none() {
+            batch.opened.get_or_insert_with(Instant::now);
+            commit(&db, &self.poisoned, state, self.observer.get())?;
+        }
+        if let Some(after) = next {
+            state.reclaim = Some(Reclaim {
+                after: Some(after),
+                ..job
+            });
+            return Ok(true);
+        }
+        // Once sled's state is durable, no pointer it may recover names
+        // the files.
+        db.flush()?;
+        for file in job.files {
+            match state.values.live(file) {
+                0 => state.values.retire(file),
+                live => tracing::warn!(file, live, "a reclaimed value file still holds live bytes; kept"),
+            }
+        }
+        Ok(false)
+    }
+
+    /// Reclaims every value file under
+    /// [`value_files::DEFRAG_RECLAIM_LIVE_PERCENT`] live, the newest
+    /// included, a step at a time under the state lock, paced as the copy
+    /// is: the first part of a defragmentation, which leaves the value
+    /// files holding little but what is live.
+    pub(super) fn reclaim_all(&self) -> Result<()> {
+        {
+            let mut state = self.state.write();
+            commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
+            state.values.seal();
+            if state.reclaim.is_none() {
+                start_reclaim(&mut state, value_files::DEFRAG_RECLAIM_LIVE_PERCENT);
+            }
+        }
+        loop {
+            let started = Instant::now();
+            let mut state = self.state.write();
+            let more = self.reclaim_step(&mut state)?;
+            RwLockWriteGuard::unlock_fair(state);
+            if !more {
+                self.wait_for_unlinks();
+                return Ok(());
+            }
+            std::thread::sleep(pacing::pause_after(started.elapsed(), defrag::DEFRAG_CPU_PERCENT));
+        }
+    }
+
+    /// Does every step of the queued compaction work, and waits for the
+    /// files it retired to be unlinked.
+    pub fn finish_compactions(&self) -> Result<()> {
+        while self.compact_step()? {}
+        self.wait_for_unlinks();
+        Ok(())
+    }
+
+    /// Waits, outside the state lock, for the value files retired so far
+    /// to be unlinked ([`ValueFiles::retire`]).
+    pub(super) fn wait_for_unlinks(&self) {
+        let unlinking = self.state.write().values.settle();
+        for thread in unlinking {
+            // An unlink's failure is logged by its thread, never fatal.
+            let _ = thread.join();
+        }
+    }
+
+    /// Does `step`; a hash step's `to_main` becomes where it ended.
+    pub(super) fn run_step(&self, state: &mut State, step: &mut Step, limit: usize) -> Result<()> {
+        let db = self.db.read();
+        match step {
+            Step::Index { at, after } => {
+                let State { compactions, index, .. } = state;
+                let into = compactions.compacted().expect("an index step is of an index job");
+                let last = index.compact_some(*at, after.as_deref(), limit, into);
+                compactions.index_done(last);
+                Ok(())
+            }
+            Step::Hash { from, to_main } => {
+                let State {
+                    compactions,
+                    batch,
+                    values,
+                    ..
+                } = state;
+                let hasher = compactions.hasher().expect("a hash step is of a hash job");
+                *to_main = hash_step(&db, values, batch, *from, *to_main, limit, hasher)?;
+                Ok(())
+            }
+            Step::Remove(revisions) => {
+                // What it removes must be in sled, not in the open batch,
+                // whose records are all newer than sled's: a commit (and
+                // its sync) only when the batch holds one of them.
+                let last = revisions.last().copied();
+                if state
+                    .batch
+                    .records
+                    .first()
+                    .is_some_and(|first| Some(first.revision) <= last)
+                {
+                    commit(&db, &self.poisoned, state, self.observer.get())?;
+                }
+                let State { values, batch, .. } = state;
+                if let Err(error) = records::drop_revisions(&db, values, &mut batch.overlay, revisions.clone()) {
+                    // The index has moved on without storage: refuse everything.
+                    self.poisoned.store(true, Ordering::Release);
+                    return Err(error);
+                }
+                state.batch.opened.get_or_insert_with(Instant::now);
+                if state.batch.is_due() {
+                    commit(&db, &self.poisoned, state, self.observer.get())?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The hashes the last compactions recorded (at most
+    /// [`COMPACTION_HASHES_KEPT`]), newest first, for the leader's
+    /// compaction hash check.
+    pub fn compaction_hashes(&self) -> Vec<KeyValueHash> {
+        let mut hashes: Vec<KeyValueHash> = self.state.read().compaction_hashes.iter().copied().collect();
+        hashes.sort_by_key(|hash| std::cmp::Reverse(hash.revision));
+        hashes
+    }
+
+    /// etcd's HashKV: a hash of the stored key-values at or below
+    /// `revision` (0 for the current one), equal to etcd's for the same
+    /// history (see `hash.rs`), with the current revision.
+    ///
+    /// As in etcd, a revision that a remembered compaction hash covers is
+    /// answered with that hash before anything else is checked; otherwise
+    /// a revision below the compact revision is compacted and one above
+    /// the current revision is a future one. A negative revision hashes
+    /// nothing, as in etcd.
+    pub fn hash_kv(&self, revision: i64) -> Result<(KeyValueHash, i64)> {
+        self.check_usable()?;
+        // Queued compaction work first, so that a compaction's hash is
+        // remembered and storage holds what the index does (hash.rs).
+        let mut state = self.state.read();
+        for _ in 0..HASH_DRAIN_TRIES_MAX {
+            if state.compactions.is_empty() {
+                break;
+            }
+            drop(state);
+            self.finish_compactions()?;
+            state = self.state.read();
+        }
+        let current = state.current_revision;
+        if let Some(remembered) = state.compaction_hashes.iter().find(|hash| hash.revision == revision) {
+            return Ok((*remembered, current));
+        }
+        if revision > 0 && revision < state.compact_revision {
+            return Err(Error::Compacted);
+        }
+        if revision > current {
+            return Err(Error::FutureRevision);
+        }
+        let at = if revision == 0 { current } else { revision };
+        let keep = state.index.keep(at, state.compact_revision);
+        let hash = self.compaction_hash(&state.values, &state.batch, at, keep)?;
+        Ok((hash, current))
+    }
+}
