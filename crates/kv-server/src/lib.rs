@@ -30,9 +30,8 @@
 //! - [`metrics`]: etcd's Prometheus metrics; [`logging`]: etcd's log
 //!   lines (zap's JSON).
 //! - [`clock`]: the time, and [`entropy`]: randomness, each behind a seam
-//!   a simulator can fill; [`sim`]:
-//!   whole clusters of members on one thread and a simulated clock, for
-//!   the `simulator` crate;
+//!   a simulator can fill; [`driver`]: the seams the `simulator` crate
+//!   runs whole members through;
 //! - [`error`]: errors as types; [`halt`]: a fault that stops the member,
 //!   carried up to `main` (nothing below `main` exits the process);
 //!   [`allocator`]: mimalloc's settings; [`broken`]: the builds broken on
@@ -55,6 +54,7 @@ pub(crate) mod auth;
 pub(crate) mod broken;
 pub(crate) mod clock;
 pub mod config;
+pub mod driver;
 pub(crate) mod entropy;
 pub(crate) mod error;
 pub mod flags;
@@ -67,8 +67,6 @@ pub(crate) mod peer;
 pub mod proto;
 pub(crate) mod raft;
 pub mod server;
-#[cfg(feature = "sim")]
-pub mod sim;
 pub(crate) mod storage;
 pub mod tls;
 

@@ -20,7 +20,7 @@ use robustness::history::{Call, History, Return};
 use robustness::linearize::{self, Verdict};
 use robustness::watch_check::{check_truth, check_watcher, Received, WatchEvent, WatcherLog};
 
-use kv_server::sim::SimCluster;
+use crate::harness::SimCluster;
 
 /// The checks' findings.
 #[derive(Debug, Clone, Default)]

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use kv_server::sim::{Failure, NetFaults, Rng, SimCluster, StartError};
+use crate::harness::{Failure, NetFaults, Rng, SimCluster, StartError};
 
 use crate::replace::{Progress, Replacement};
 

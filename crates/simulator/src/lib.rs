@@ -2,7 +2,9 @@
 //! seeds, every history checked.
 //!
 //! # Module map
-//! - [`seed`]: one seed, run: the cluster (`kv_server::sim`), clients,
+//! - [`harness`]: whole clusters of real members on one thread and a
+//!   simulated clock, over kv-server's seams.
+//! - [`seed`]: one seed, run: the cluster ([`harness`]), clients,
 //!   faults, the end and its checks.
 //! - [`workload`]: the clients' calls, recorded as a history.
 //! - [`watchers`]: the watchers, resumed across crashes, recorded.
@@ -19,6 +21,7 @@
 pub mod broken;
 pub mod check;
 pub mod faults;
+pub mod harness;
 pub mod replace;
 pub mod report;
 pub mod seed;

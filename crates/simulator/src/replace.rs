@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kv_server::sim::{CallError, Clients, SimCluster};
+use crate::harness::{CallError, Clients, SimCluster};
 use parking_lot::Mutex;
 
 /// Tries of each call (remove, add, promote) before the replacement is

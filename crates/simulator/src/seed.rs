@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use kv_server::sim::{Failure, Rng, SimCluster, SimSpec};
+use crate::harness::{Failure, Rng, SimCluster, SimSpec};
 use robustness::history::History;
 
 use crate::check::{self, Findings};
@@ -60,9 +60,9 @@ pub struct SeedReport {
     pub failure: Option<String>,
     pub faults: FaultLog,
     /// What the crashes did to unsynced writes.
-    pub loss: kv_server::sim::CrashLoss,
+    pub loss: crate::harness::CrashLoss,
     /// What the network carried.
-    pub net: kv_server::sim::NetStats,
+    pub net: crate::harness::NetStats,
     /// Applied entries crashes took from the stores, replayed from WALs.
     pub entries_replayed: u64,
     pub simulated: Duration,

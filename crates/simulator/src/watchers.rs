@@ -1,7 +1,7 @@
 //! The simulated watchers: each a tokio task on the simulator's runtime
 //! that follows every key the clients write, from the first revision on,
 //! through the real watch stream of a member drawn per session
-//! (`kv_server::sim::SimWatch`). A stream its member's crash ends is
+//! (`crate::harness::SimWatch`). A stream its member's crash ends is
 //! resumed on a member drawn anew, from the revision after the last one
 //! it reached, as etcd's clients resume a broken watch. A watcher
 //! cancelled because that revision was compacted starts a new log at the
@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::harness::{Clients, Rng};
 use kv_server::proto::etcdserverpb as pb;
-use kv_server::sim::{Clients, Rng};
 use parking_lot::Mutex;
 use robustness::watch::{prefix_end, reached, record};
 use robustness::watch_check::{Session, WatcherLog};
@@ -127,7 +127,7 @@ pub async fn run_watcher(
 /// has reached `until`; what it received, and the compact revision if it
 /// was cancelled for one.
 async fn follow(
-    mut stream: kv_server::sim::SimWatch,
+    mut stream: crate::harness::SimWatch,
     start: i64,
     until: &mut watch::Receiver<Option<i64>>,
 ) -> (Session, Option<i64>) {

@@ -1,6 +1,6 @@
 //! The simulated clients: each a tokio task on the simulator's runtime,
 //! calling a member drawn per call through the core's own methods
-//! (`kv_server::sim::Clients`), and recording every call in the history
+//! (`crate::harness::Clients`), and recording every call in the history
 //! the robustness suite's checkers read. The calls and their mix are the
 //! robustness suite's (`robustness::call_mix`: put, get, delete,
 //! compare-and-swap, a lease granted, attached to a put and revoked), so
@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kv_server::sim::{CallError, Clients, Rng};
+use crate::harness::{CallError, Clients, Rng};
 use parking_lot::Mutex;
 use robustness::call_mix::CallMix;
 use robustness::history::{Call, Operation, Return};

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use kv_server::sim::{CallError, SimCluster, SimSpec};
+use simulator::harness::{CallError, SimCluster, SimSpec};
 
 /// Simulated time any one step below may take: elections and commits take
 /// tens of milliseconds at 10 ms ticks.

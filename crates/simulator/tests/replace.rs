@@ -13,8 +13,8 @@
 
 use std::time::Duration;
 
-use kv_server::sim::{SimCluster, SimSpec};
 use simulator::check;
+use simulator::harness::{SimCluster, SimSpec};
 use simulator::replace::{Progress, Replacement};
 
 /// Simulated time any one step below may take.

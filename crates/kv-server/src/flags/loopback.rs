@@ -21,8 +21,7 @@ pub fn member_args(members: usize, index: usize, dir: &Path, heartbeat: Duration
 /// The flags of the member numbered `number` (past the first `members`)
 /// that joins their running cluster, once a member add has named its peer
 /// URL: its `--initial-cluster` lists the first members and itself.
-/// The simulator's alone (`sim/cluster.rs`).
-#[cfg_attr(not(feature = "sim"), allow(dead_code))]
+/// The simulator's alone (`crates/simulator/src/harness/cluster.rs`).
 pub fn joining_args(members: usize, number: usize, dir: &Path, heartbeat: Duration, election: Duration) -> Vec<String> {
     let cluster: Vec<String> = (0..members)
         .chain([number])

@@ -22,7 +22,6 @@ pub mod env;
 pub mod etcd_set;
 pub mod feature_gates;
 pub mod go_syntax;
-#[cfg(any(test, feature = "sim"))]
 pub(crate) mod loopback;
 
 use clap::{CommandFactory, Parser};

@@ -145,7 +145,7 @@ fn runtimes() -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), Erro
 /// log is opened with `wal_options`: the defaults in production; a
 /// simulator's disk (see `wal::Disk`) and smaller segments elsewhere. A
 /// member joining a running cluster learns the membership through `join`.
-pub(crate) fn open(config: &Config, wal_options: wal::Options, join: &join::Join) -> Result<Opened, Error> {
+pub fn open(config: &Config, wal_options: wal::Options, join: &join::Join) -> Result<Opened, Error> {
     let dir = config.layout();
     dir.create()?;
     let removed = dir.remove_leftover_dumps()?;

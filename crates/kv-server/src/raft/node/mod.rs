@@ -266,16 +266,14 @@ impl Node {
     }
 
     /// The index of the last snapshot the loop recorded in the WAL (taken
-    /// or installed). The simulator reads it (`sim/member.rs`).
-    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    /// or installed). The simulator reads it (`crates/simulator/src/harness/member.rs`).
     pub fn snapshot_index(&self) -> u64 {
         self.snapshot_index
     }
 
     /// Whether this member leads and has committed an entry of its term:
     /// it then knows everything its predecessors committed. The simulator
-    /// reads it (`sim/cluster.rs`).
-    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    /// reads it (`crates/simulator/src/harness/cluster.rs`).
     pub fn leads_settled(&self) -> bool {
         let raft = &self.raw.raft;
         raft.state == StateRole::Leader && raft.commit_to_current_term()

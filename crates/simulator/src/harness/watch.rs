@@ -17,9 +17,8 @@ use tokio_stream::Stream;
 use tonic::Status;
 
 use super::clients::{CallError, Clients};
-use crate::api::watch::outbox::{Outgoing, Responses};
-use crate::api::watch::stream::{self, Opener};
-use crate::proto::etcdserverpb as pb;
+use kv_server::driver::{start_watch_stream, Opener, Outgoing, Responses};
+use kv_server::proto::etcdserverpb as pb;
 use pb::watch_request::RequestUnion;
 
 /// Requests a simulated client may have queued on one stream: it sends a
@@ -63,7 +62,7 @@ impl Clients {
             metadata: Default::default(),
             extensions: Default::default(),
         };
-        let responses = stream::start(core, ReceiverStream::new(receiver), false, opener);
+        let responses = start_watch_stream(core, ReceiverStream::new(receiver), false, opener);
         let responses = Arc::new(Mutex::new(Some(responses)));
         slot.streams.retain(|stream| stream.strong_count() > 0);
         slot.streams.push(Arc::downgrade(&responses));

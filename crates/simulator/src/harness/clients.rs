@@ -13,11 +13,9 @@ use tokio::sync::Notify;
 
 use super::clock::SimClock;
 use super::watch::StreamResponses;
-use crate::auth::Caller;
-use crate::error::RequestError;
-use crate::member::core::Member;
-use crate::proto::etcdserverpb as pb;
-use crate::proto::kvserverpb::raft_request::Request;
+use kv_server::driver::{Caller, Member, RequestError};
+use kv_server::proto::etcdserverpb as pb;
+use kv_server::proto::kvserverpb::raft_request::Request;
 
 /// A member as its clients reach it.
 #[derive(Clone, Default)]

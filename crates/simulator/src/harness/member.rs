@@ -27,18 +27,12 @@ use super::clock::SimClock;
 use super::disk::SimDisk;
 use super::network::SimOutbox;
 use super::rng::SeededEntropy;
-use crate::apply::input::ApplyInput;
-use crate::apply::stage::Stage;
-use crate::config::Config;
-use crate::error::Error;
-use crate::halt::Fatal;
-use crate::member::core::Member;
-use crate::member::watch_hub::Published;
-use crate::proto::kvserverpb::MembershipRecord;
-use crate::raft::input::NodeInput;
-use crate::raft::node::{Node, INPUTS_PER_READY_MAX};
-use crate::server::join;
-use crate::server::wiring::{self, World};
+use kv_server::config::Config;
+use kv_server::driver::{
+    membership_from, wire, ApplyInput, DataDir, Error, Fatal, Member, Node, NodeInput, Published, Stage, World,
+    INPUTS_PER_READY_MAX,
+};
+use kv_server::proto::kvserverpb::MembershipRecord;
 
 /// WAL segments of a simulated member: small, so that a run cuts and
 /// releases segments, and a temporary file system holds many members.
@@ -164,10 +158,10 @@ impl SimMember {
         // A member joining learns the membership from a running member's,
         // as it would ask one over gRPC.
         let join = move |config: &Config, known_id: Option<u64>| match &members {
-            Some(record) => join::membership_from(config, record.clone(), known_id),
+            Some(record) => membership_from(config, record.clone(), known_id),
             None => Err(Error::Join("no member runs to ask for the membership".into())),
         };
-        let opened = crate::server::start::open(&self.config, options, &join)?;
+        let opened = kv_server::driver::open(&self.config, options, &join)?;
         let store = Arc::downgrade(&opened.store);
         let world = World {
             outbox: Some(Box::new(self.outbox.clone())),
@@ -175,10 +169,10 @@ impl SimMember {
             election_ticks: Some(election_ticks),
             entropy: Arc::new(SeededEntropy::new(entropy_seed)),
         };
-        let wired = wiring::wire(&self.config, opened, &tokio::runtime::Handle::current(), world)?;
+        let wired = wire(&self.config, opened, &tokio::runtime::Handle::current(), world)?;
         let tasks = vec![tokio::spawn(wired.member.clone().revoke_expired_leases())];
         let changes = wired.member.subscribe_changes();
-        let now = crate::clock::Clock::now(&clock);
+        let now = kv_server::driver::Clock::now(&clock);
         self.running = Some(Running {
             stage_wake: wired.stage.next_wake(now),
             member: wired.member,
@@ -245,7 +239,7 @@ impl SimMember {
     pub fn receive_snapshot(&self, message: raft::prelude::Message, data: &[u8]) -> bool {
         let Some(running) = &self.running else { return false };
         let metadata = message.get_snapshot().get_metadata();
-        let dir = crate::storage::layout::DataDir::new(self.config.data_dir());
+        let dir = DataDir::new(self.config.data_dir());
         let temporary = dir.incoming_snapshot(metadata.index);
         let written = std::fs::write(&temporary, data)
             .and_then(|()| std::fs::rename(&temporary, dir.pending_snapshot(metadata.index, metadata.term)));

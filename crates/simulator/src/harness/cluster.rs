@@ -22,8 +22,7 @@ use super::member::{SimMember, Stopped};
 use super::network::{NetFaults, NetStats, Network};
 use super::rng::Rng;
 use super::watch::end_streams;
-use crate::clock::Clock;
-use crate::member::watch_hub::Published;
+use kv_server::driver::{Clock, Published};
 
 /// The longest step of the simulated clock: tokio's timers are kept at
 /// millisecond precision, so nothing due is passed by more than that.
@@ -250,7 +249,7 @@ impl SimCluster {
         member
             .start(self.clock, ticks, entropy_seed, members)
             .map_err(|error| match error {
-                crate::error::Error::Join(why) => StartError::NotJoinedYet(why),
+                kv_server::driver::Error::Join(why) => StartError::NotJoinedYet(why),
                 other => StartError::Refused(other.to_string()),
             })?;
         let core = member.member().expect("just started").clone();
@@ -263,7 +262,7 @@ impl SimCluster {
     /// The peer URL of the next member to join (each new member has its
     /// own): what a member add names before [`SimCluster::replace`].
     pub fn next_joining_url(&self) -> String {
-        crate::flags::loopback::peer_url(self.joining_number())
+        kv_server::driver::peer_url(self.joining_number())
     }
 
     /// The number (`m<number>`, its URL and directory) of the next member
@@ -627,24 +626,24 @@ impl SimCluster {
 
 /// Member `index`'s flags (`flags::loopback`: the simulated network
 /// carries the messages), with the spec's timing and snapshot window.
-fn member_config(spec: &SimSpec, index: usize, dir: &std::path::Path) -> Result<crate::config::Config, String> {
+fn member_config(spec: &SimSpec, index: usize, dir: &std::path::Path) -> Result<kv_server::config::Config, String> {
     let election = spec.heartbeat * spec.election_ticks as u32;
-    let args = crate::flags::loopback::member_args(spec.members, index, dir, spec.heartbeat, election);
+    let args = kv_server::driver::member_args(spec.members, index, dir, spec.heartbeat, election);
     parse_config(spec, args)
 }
 
 /// The flags of the member numbered `number` (counting the first
 /// members), joining the running cluster with empty data in `dir`.
-fn joining_config(spec: &SimSpec, number: usize, dir: &std::path::Path) -> Result<crate::config::Config, String> {
+fn joining_config(spec: &SimSpec, number: usize, dir: &std::path::Path) -> Result<kv_server::config::Config, String> {
     let election = spec.heartbeat * spec.election_ticks as u32;
-    let args = crate::flags::loopback::joining_args(spec.members, number, dir, spec.heartbeat, election);
+    let args = kv_server::driver::joining_args(spec.members, number, dir, spec.heartbeat, election);
     parse_config(spec, args)
 }
 
 /// Parses a member's flags with the cluster's own: its snapshot settings,
 /// and membership changes not refused for a lack of calm (the faults never
 /// leave the 5 s the strict check wants; see `member/reconfigure.rs`).
-fn parse_config(spec: &SimSpec, mut args: Vec<String>) -> Result<crate::config::Config, String> {
+fn parse_config(spec: &SimSpec, mut args: Vec<String>) -> Result<kv_server::config::Config, String> {
     args.extend([
         "--snapshot-count".into(),
         spec.snapshot_count.to_string(),
@@ -652,7 +651,7 @@ fn parse_config(spec: &SimSpec, mut args: Vec<String>) -> Result<crate::config::
         spec.catch_up_entries.to_string(),
         "--strict-reconfig-check=false".into(),
     ]);
-    crate::flags::parse(&args, &[])
+    kv_server::flags::parse(&args, &[])
         .map(|parsed| parsed.config)
         .map_err(|e| e.to_string())
 }

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::clock::Clock;
+use kv_server::driver::Clock;
 
 /// The wall-clock time a simulated run starts at: 2026-01-01T00:00:00Z.
 /// Fixed, so that what derives from the wall clock (lease ids, proposal

@@ -21,7 +21,7 @@ use raft::prelude::{Message, MessageType};
 
 use super::disk::SimDisk;
 use super::rng::Rng;
-use crate::raft::input::Outbox;
+use kv_server::driver::Outbox;
 
 /// Messages in flight at most; past it the network drops what is sent, as
 /// a full socket buffer would. Far above what 5 members exchange between

@@ -57,7 +57,7 @@ impl SeededEntropy {
     }
 }
 
-impl crate::entropy::Entropy for SeededEntropy {
+impl kv_server::driver::Entropy for SeededEntropy {
     fn next_u64(&self) -> u64 {
         self.0.lock().next_u64()
     }

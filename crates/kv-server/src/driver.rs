@@ -1,0 +1,25 @@
+//! The seams a driver of whole members works through: the deterministic
+//! simulator (`crates/simulator`) runs real members, wired as production
+//! wires them, on a clock, an entropy source, a network and a WAL disk of
+//! its own, and turns their raft loops and apply stages by hand. Nothing
+//! here is used by the server itself; it is the list of what the
+//! simulator may reach, so the rest of the crate stays private.
+
+pub use crate::api::watch::outbox::{Outgoing, Responses};
+pub use crate::api::watch::stream::{start as start_watch_stream, Opener};
+pub use crate::apply::input::ApplyInput;
+pub use crate::apply::stage::Stage;
+pub use crate::auth::Caller;
+pub use crate::clock::Clock;
+pub use crate::entropy::Entropy;
+pub use crate::error::{Error, RequestError};
+pub use crate::flags::loopback::{joining_args, member_args, peer_url};
+pub use crate::halt::Fatal;
+pub use crate::member::core::Member;
+pub use crate::member::watch_hub::Published;
+pub use crate::raft::input::{NodeInput, Outbox};
+pub use crate::raft::node::{Node, INPUTS_PER_READY_MAX};
+pub use crate::server::join::membership_from;
+pub use crate::server::start::open;
+pub use crate::server::wiring::{wire, Opened, Wired, World};
+pub use crate::storage::layout::DataDir;
