@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The code's shape, checked: for every crate of the workspace,
-#   1. import cycles among its modules, and
+#   1. import cycles among its modules,
 #   2. functions longer than FUNCTION_LINES_MAX lines, outside tests;
-# and 3. no `process::exit` in kv-server below its main.rs.
-# Prints what it finds and exits 1 if there is any of either.
+#   3. no `process::exit` in kv-server below its main.rs, and
+#   4. no file of kv-server, mvcc or wal over FILE_LINES_MAX lines before
+#      its tests.
+# Prints what it finds and exits 1 if there is any of them.
 #
 # Modules are the crate's files (src/a/b.rs or src/a/b/mod.rs is a::b).
 # An edge a -> b is any path to `crate::b...` or `super::...` written in
@@ -256,6 +258,24 @@ for root, _, files in os.walk(os.path.join("crates", "kv-server", "src")):
             failed = True
             line = code.count("\n", 0, match.start()) + 1
             print(f"{path}:{line}: process::exit below main (raise a halt::Fatal instead)")
-print("shape: " + ("problems above" if failed else f"no import cycles, no function over {FUNCTION_LINES_MAX} lines, no exit below main"))
+# 4. No source file of the server, the store or the WAL runs past
+# FILE_LINES_MAX lines before its test module: a file that long holds more
+# than one concept. A file that is a test module (tests.rs) is not counted.
+FILE_LINES_MAX = 600
+for crate_name in ("kv-server", "mvcc", "wal"):
+    for root, _, files in os.walk(os.path.join("crates", crate_name, "src")):
+        for file_name in sorted(files):
+            if not file_name.endswith(".rs") or file_name == "tests.rs":
+                continue
+            path = os.path.join(root, file_name)
+            lines = 0
+            for text in open(path, encoding="utf-8"):
+                if text.startswith("#[cfg(test)]"):
+                    break
+                lines += 1
+            if lines > FILE_LINES_MAX:
+                failed = True
+                print(f"{path}: {lines} lines before its tests (at most {FILE_LINES_MAX})")
+print("shape: " + ("problems above" if failed else f"no import cycles, no function over {FUNCTION_LINES_MAX} lines, no exit below main, no file over {FILE_LINES_MAX} lines"))
 sys.exit(1 if failed else 0)
 PYTHON
