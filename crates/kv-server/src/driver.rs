@@ -5,8 +5,6 @@
 //! here is used by the server itself; it is the list of what the
 //! simulator may reach, so the rest of the crate stays private.
 
-pub use crate::api::watch::outbox::{Outgoing, Responses};
-pub use crate::api::watch::stream::{start as start_watch_stream, Opener};
 pub use crate::apply::input::ApplyInput;
 pub use crate::apply::stage::Stage;
 pub use crate::auth::Caller;
@@ -16,10 +14,12 @@ pub use crate::error::{Error, RequestError};
 pub use crate::flags::loopback::{joining_args, member_args, peer_url};
 pub use crate::halt::Fatal;
 pub use crate::member::core::Member;
-pub use crate::member::watch_hub::Published;
 pub use crate::raft::input::{NodeInput, Outbox};
 pub use crate::raft::node::{Node, INPUTS_PER_READY_MAX};
 pub use crate::server::join::membership_from;
 pub use crate::server::start::open;
 pub use crate::server::wiring::{wire, Opened, Wired, World};
 pub use crate::storage::layout::DataDir;
+pub use crate::watch::hub::Published;
+pub use crate::watch::outbox::{Outgoing, Responses};
+pub use crate::watch::stream::{start as start_watch_stream, Opener};

@@ -12,7 +12,9 @@
 //!   service; each a thin layer over the member core.
 //! - [`member`]: the member core (`Member`): propose, linearize, quota,
 //!   headers, leases; and what it shares with the apply stage (waiters,
-//!   lease deadlines, the watch hub).
+//!   lease deadlines).
+//! - [`watch`]: the watch engine: the hub the apply stage publishes to,
+//!   each stream's task, matching, catch-up, outbox and pacing.
 //! - [`raft`]: the raft loop (`node`), its inputs, ReadIndex rounds, and
 //!   raft-rs's view of the log.
 //! - [`apply`]: the apply stage: committed entries into the store.
@@ -69,9 +71,10 @@ pub(crate) mod raft;
 pub mod server;
 pub(crate) mod storage;
 pub mod tls;
+pub(crate) mod watch;
 
 pub use api::maintenance::ETCD_API_VERSION;
-pub use api::watch::outbox::WATCH_STREAM_STALLED_BYTES_MAX;
 pub use error::Error;
 pub use peer::PEER_MESSAGE_BYTES_MAX;
 pub use storage::backup;
+pub use watch::outbox::WATCH_STREAM_STALLED_BYTES_MAX;

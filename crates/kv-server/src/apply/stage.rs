@@ -27,7 +27,6 @@ use crate::error::RequestError;
 use crate::halt::Fatal;
 use crate::member::lessor::Lessor;
 use crate::member::waiters::Waiters;
-use crate::member::watch_hub::{Published, WatchHub};
 use crate::membership::{Change, Membership, SharedMembership};
 use crate::peer::transport::PeerSet;
 use crate::proto::kvserverpb::auth_request::Request as AuthChange;
@@ -36,6 +35,7 @@ use crate::raft::status::RaftStatus;
 use crate::storage::layout::DataDir;
 use crate::storage::marker::SnapshotMarker;
 use crate::storage::pending;
+use crate::watch::hub::{Published, WatchHub};
 
 /// The least pause between two steps of queued compaction work: etcd's
 /// default `--experimental-compaction-sleep-interval`. While the member

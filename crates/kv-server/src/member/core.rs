@@ -20,7 +20,6 @@ use crate::halt::Halt;
 use crate::member::lease_ids::LeaseIds;
 use crate::member::lessor::Lessor;
 use crate::member::waiters::{ProposalResult, Waiters};
-use crate::member::watch_hub::WatchHub;
 use crate::membership::SharedMembership;
 use crate::peer::channels::PeerChannels;
 use crate::peer::transport::PeerSet;
@@ -28,6 +27,7 @@ use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::{raft_request, RaftRequest};
 use crate::raft::input::NodeInput;
 use crate::raft::status::RaftStatus;
+use crate::watch::hub::WatchHub;
 
 /// etcd's bound on how far applying may fall behind committing, in
 /// entries: past it, new proposals are refused with "too many requests"

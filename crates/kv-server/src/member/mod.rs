@@ -17,7 +17,6 @@
 //! - [`reconfigure`]: membership changes, checked as etcd checks them.
 //! - [`tick_advance`]: etcd's election tick advance at start.
 //! - [`waiters`]: clients waiting for their proposals to apply.
-//! - [`watch_hub`]: what the apply stage publishes to watch streams.
 //! - [`watch_source`]: what a watch stream reads of the core.
 
 pub mod auth;
@@ -32,5 +31,4 @@ pub mod reconfigure;
 pub mod tick_advance;
 pub mod view;
 pub mod waiters;
-pub mod watch_hub;
 pub mod watch_source;

@@ -1,13 +1,13 @@
 //! What a watch stream reads of the core: the changes the apply stage
 //! publishes, the store's revisions, and history for a watcher that is
-//! behind (`api/watch/stream.rs`).
+//! behind (`watch/stream/`).
 
 use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
 use crate::member::core::Member;
-use crate::member::watch_hub::Published;
+use crate::watch::hub::Published;
 
 impl Member {
     /// The changes the apply stage publishes from now on (see

@@ -33,7 +33,7 @@ use crate::api::peer::PeerService;
 use crate::api::recipes::election::ElectionService;
 use crate::api::recipes::lock::LockService;
 use crate::api::request_stats;
-use crate::api::watch::service::WatchService;
+use crate::api::watch::WatchService;
 use crate::config::ListenAddr;
 use crate::config::{self, GRPC_OVERHEAD_BYTES};
 use crate::error::Error;

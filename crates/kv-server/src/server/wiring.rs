@@ -23,7 +23,6 @@ use crate::halt::{Fatal, Halt};
 use crate::member::core::{Member, MemberParts};
 use crate::member::lessor::Lessor;
 use crate::member::waiters::Waiters;
-use crate::member::watch_hub::WatchHub;
 use crate::membership::{Membership, SharedMembership};
 use crate::peer::snapshot_send::SnapshotSource;
 use crate::peer::transport::{PeerSet, PeerTransport};
@@ -34,6 +33,7 @@ use crate::raft::status::RaftStatus;
 use crate::storage::durable_log::DurableLog;
 use crate::storage::layout::DataDir;
 use crate::storage::marker::SnapshotMarker;
+use crate::watch::hub::WatchHub;
 
 /// What is on disk, opened (`start::open`).
 pub struct Opened {

@@ -1,5 +1,5 @@
 //! A simulated client's watch streams: each is the real stream task
-//! (`api::watch::stream`), fed the client's requests, its responses
+//! (`kv_server`'s `watch::stream`), fed the client's requests, its responses
 //! decoded from the bytes the wire would carry. A member's crash ends its
 //! streams: the cluster drops their responses, as a killed process's
 //! connections close, and the stream tasks let go of the member.

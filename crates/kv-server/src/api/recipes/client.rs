@@ -20,12 +20,12 @@ use tonic::{Extensions, Request, Status};
 
 use crate::api::kv::KvService;
 use crate::api::lease::LeaseService;
-use crate::api::watch::outbox::{Outgoing, Responses};
-use crate::api::watch::stream;
 use crate::member::core::Member;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::etcdserverpb::kv_server::Kv;
 use crate::proto::etcdserverpb::lease_server::Lease;
+use crate::watch::outbox::{Outgoing, Responses};
+use crate::watch::stream;
 
 /// The TTL of the lease a recipe takes when the caller gives none: etcd's
 /// session default (`concurrency.NewSession`), 60 s.

@@ -42,10 +42,10 @@ use prost::Message as _;
 use tokio::sync::Notify;
 use tonic::Status;
 
-use crate::api::watch::id_hash::IdMap;
-use crate::api::watch::pacing::Pacing;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::watch_wire::{fragments, header_field, EventsResponse};
+use crate::watch::id_hash::IdMap;
+use crate::watch::pacing::Pacing;
 
 /// Wire bytes one stream may have waiting for its client. A watcher of
 /// every key during a 1000-client put run receives about 2 MB/s (18,000

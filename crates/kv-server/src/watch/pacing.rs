@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
-use crate::api::watch::id_hash::IdSet;
+use crate::watch::id_hash::IdSet;
 
 /// The window: etcd retries its victim watchers every 10 ms, so this
 /// delays no event more than etcd does under the same load.

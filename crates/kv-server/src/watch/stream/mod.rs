@@ -18,18 +18,18 @@ use tokio_stream::StreamExt;
 use tonic::Status;
 
 use crate::api::errors::store_status;
-use crate::api::watch::id_hash::IdMap;
-use crate::api::watch::matcher::Matcher;
-use crate::api::watch::outbox::{outbox, Gathered, Gone, Outbox, Responses, WATCH_MERGED_RESPONSE_BYTES_MAX};
-use crate::api::watch::watcher::{Shape, Watcher};
 use crate::auth::perms::Access;
 use crate::config::GRPC_OVERHEAD_BYTES;
 use crate::error::RequestError;
 use crate::member::core::Member;
-use crate::member::watch_hub::{Changes, PreviousValue, Published};
 use crate::metrics::metrics;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::watch_wire::{event_field, wire_event, EventFields};
+use crate::watch::hub::{Changes, PreviousValue, Published};
+use crate::watch::id_hash::IdMap;
+use crate::watch::matcher::Matcher;
+use crate::watch::outbox::{outbox, Gathered, Gone, Outbox, Responses, WATCH_MERGED_RESPONSE_BYTES_MAX};
+use crate::watch::watcher::{Shape, Watcher};
 
 /// Watchers one stream may hold. A Kubernetes API server opens about one
 /// per resource type on a stream; this leaves two orders of magnitude of

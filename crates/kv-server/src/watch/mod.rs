@@ -1,9 +1,11 @@
-//! etcd's `Watch` service: one bidirectional stream per call, carrying any
-//! number of watchers, each a key or range followed from a revision on.
+//! The watch engine: etcd's watch streams, each carrying any number of
+//! watchers, each a key or range followed from a revision on. The gRPC
+//! service (`api::watch`) and the gateway are thin adapters over it; the
+//! member's side of what a stream reads is `member::watch_source`.
 //!
-//! Each stream is one task (`stream.rs`). It owns its watchers and its
-//! place in the `WatchHub` (`member::watch_hub`), and answers, in the
-//! order etcd does:
+//! Each stream is one task (`stream`). It owns its watchers and its
+//! place in the `WatchHub` ([`hub`]), and answers, in the order etcd
+//! does:
 //! - a create with a `created` response (header at the store's revision),
 //!   then, if the watcher starts in the past, the history from its start
 //!   revision, read from the store;
@@ -40,7 +42,7 @@
 
 //!
 //! # Module map
-//! - [`service`]: the gRPC route; starts a stream per call.
+//! - [`hub`]: what the apply stage publishes to the streams, bounded.
 //! - [`codec`]: requests decoded, responses encoded whole or from pieces.
 //! - [`stream`]: one stream's task: creates, cancels, progress, delivery
 //!   from the hub, catch-up from history.
@@ -54,10 +56,10 @@
 //! - [`watcher`]: one watcher and its filters.
 
 pub mod codec;
+pub mod hub;
 pub mod id_hash;
 pub mod matcher;
 pub mod outbox;
 pub mod pacing;
-pub mod service;
 pub mod stream;
 pub mod watcher;

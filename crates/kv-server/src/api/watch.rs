@@ -1,7 +1,8 @@
-//! etcd's `Watch` service, routed by hand rather than through the
-//! generated server: its responses are encoded by `codec.rs` from pieces
+//! etcd's `Watch` service, a thin adapter over the watch engine
+//! (`crate::watch`), routed by hand rather than through the generated
+//! server: its responses are encoded by `watch::codec` from pieces
 //! encoded once, which the generated server's prost codec cannot take.
-//! Each call is a stream of its own (`stream.rs`).
+//! Each call is a stream of its own (`watch::stream`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,12 +11,12 @@ use tonic::codegen::{http, Body, BoxFuture, Context, Poll, Service, StdError};
 use tonic::server::{Grpc, NamedService, StreamingService};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::api::watch::codec::WatchCodec;
-use crate::api::watch::outbox::{Outgoing, Responses};
-use crate::api::watch::stream;
 use crate::error::RequestError;
 use crate::member::core::Member;
 use crate::proto::etcdserverpb as pb;
+use crate::watch::codec::WatchCodec;
+use crate::watch::outbox::{Outgoing, Responses};
+use crate::watch::stream;
 
 /// The metadata key etcd's clients set for `WithRequireLeader`.
 const REQUIRE_LEADER_KEY: &str = "hasleader";

@@ -5,8 +5,8 @@ use tonic::codec::{Codec, EncodeBuf, Encoder};
 use tonic::Status;
 use tonic_prost::ProstDecoder;
 
-use crate::api::watch::outbox::Outgoing;
 use crate::proto::etcdserverpb as pb;
+use crate::watch::outbox::Outgoing;
 
 #[derive(Default)]
 pub struct WatchCodec;

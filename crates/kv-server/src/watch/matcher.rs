@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 
-use crate::api::watch::watcher::Shape;
+use crate::watch::watcher::Shape;
 
 /// The range's end of `shape`: `None` for every key from its key on.
 fn end_of(shape: &Shape) -> Option<&[u8]> {
