@@ -33,8 +33,10 @@ const PUTS: &str = "6000";
 const RATE: &str = "2000";
 const RUNS: usize = 5;
 
+/// loadgen, beside the kv-server cargo built for this test (the copy of
+/// the user's build that `KV_SERVER_BIN` names lives elsewhere).
 fn loadgen() -> PathBuf {
-    let binary = common::kv_server().with_file_name("loadgen");
+    let binary = PathBuf::from(env!("CARGO_BIN_EXE_kv-server")).with_file_name("loadgen");
     assert!(
         binary.exists(),
         "{} is missing: build it with cargo build --release -p loadgen",

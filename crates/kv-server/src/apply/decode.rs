@@ -77,7 +77,7 @@ pub fn decode(entry: &Entry, member_id: u64, membership: &Membership) -> Proposa
             return Proposal::internal(None, Decoded::Nothing);
         }
     }
-    let request = RaftRequest::decode(&entry.data[..]).expect("committed entries decode");
+    let request = RaftRequest::decode(&entry.data[..]).unwrap_or_else(|error| undecodable(entry, &error));
     let owner = (request.member == member_id).then_some(request.sequence);
     let caller = Caller {
         user: request.user,
@@ -158,8 +158,8 @@ fn decode_request(request: Option<Request>) -> Decoded {
 /// every proposer of an addition writes one, so its absence means damage,
 /// and applying it would add a member with no URLs.
 fn conf_change(entry: &Entry, member_id: u64, membership: &Membership) -> (Option<u64>, Decoded) {
-    let change = ConfChange::parse_from_bytes(&entry.data).expect("committed conf changes decode");
-    let context = ConfChangeContext::decode(&change.context[..]).expect("committed conf change contexts decode");
+    let change = ConfChange::parse_from_bytes(&entry.data).unwrap_or_else(|error| undecodable(entry, &error));
+    let context = ConfChangeContext::decode(&change.context[..]).unwrap_or_else(|error| undecodable(entry, &error));
     let owner = (context.proposer == member_id).then_some(context.sequence);
     let id = change.node_id;
     let member = |is_learner| Member {
@@ -169,7 +169,7 @@ fn conf_change(entry: &Entry, member_id: u64, membership: &Membership) -> (Optio
             context
                 .member
                 .clone()
-                .expect("a committed member addition carries the member's record"),
+                .unwrap_or_else(|| undecodable(entry, &"a member addition without the member's record")),
         )
     };
     let decoded = match change.get_change_type() {
@@ -179,6 +179,13 @@ fn conf_change(entry: &Entry, member_id: u64, membership: &Membership) -> (Optio
         ConfChangeType::RemoveNode => Change::Remove(id),
     };
     (owner, Decoded::Membership(decoded))
+}
+
+/// Stops the member on a committed entry it cannot read, whatever part
+/// of it failed: one fault, `committed entry N does not decode`, which the
+/// apply stage's guard (`crate::halt`) turns into the member's stop.
+fn undecodable(entry: &Entry, error: &dyn std::fmt::Display) -> ! {
+    panic!("committed entry {} does not decode: {error}", entry.index)
 }
 
 /// A raise or a clear as the store takes it; `None` for a GET, which is
@@ -197,4 +204,52 @@ fn alarm_request(alarm: &crate::proto::etcdserverpb::AlarmRequest) -> Option<mvc
             kind: alarm.alarm,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message `decode` panics with on `entry`.
+    fn fault_of(entry: &Entry) -> String {
+        let membership = Membership::from_record(Default::default(), 1);
+        let Err(panicked) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode(entry, 1, &membership)))
+        else {
+            panic!("entry {} decoded", entry.index);
+        };
+        match panicked.downcast::<String>() {
+            Ok(message) => *message,
+            Err(_) => panic!("the panic carries a message"),
+        }
+    }
+
+    fn entry(index: u64, kind: EntryType, data: Vec<u8>) -> Entry {
+        let mut entry = Entry {
+            index,
+            data: data.into(),
+            ..Default::default()
+        };
+        entry.set_entry_type(kind);
+        entry
+    }
+
+    // Goal: a committed entry whose bytes do not decode stops the member
+    // with one fault, whether the request, the conf change or its context
+    // is damaged, or an addition lacks the member's record.
+    #[test]
+    fn every_undecodable_entry_is_the_same_fault() {
+        let garbage = vec![0xff; 7];
+        let request = fault_of(&entry(7, EntryType::EntryNormal, garbage.clone()));
+        let mut change = ConfChange::default();
+        change.set_change_type(ConfChangeType::AddNode);
+        change.node_id = 2;
+        change.context = garbage.into();
+        let context = fault_of(&entry(8, EntryType::EntryConfChange, change.write_to_bytes().unwrap()));
+        change.context = ConfChangeContext::default().encode_to_vec().into();
+        let no_record = fault_of(&entry(9, EntryType::EntryConfChange, change.write_to_bytes().unwrap()));
+        for (fault, index) in [(&request, 7), (&context, 8), (&no_record, 9)] {
+            let expected = format!("committed entry {index} does not decode: ");
+            assert!(fault.starts_with(&expected), "{fault}");
+        }
+    }
 }
