@@ -17,9 +17,9 @@
 //! - [`txn`]: compares and branch execution, against the traits only.
 //! - [`validate`]: etcd's request checks, including the duplicate-key rule.
 //! - [`hash`]: HashKV's hash, byte for byte as etcd computes it.
-//! - [`block`]: stored revisions, many to a sled value: the layout.
-//! - [`records`]: finding, visiting, writing and dropping stored revisions.
-//! - [`value_files`]: the blocks' bytes, in files beside sled, which
+//! - `block`: stored revisions, many to a sled value: the layout.
+//! - `records`: finding, visiting, writing and dropping stored revisions.
+//! - `value_files`: the blocks' bytes, in files beside sled, which
 //!   holds pointers to them; their durability and reclaiming.
 //! - [`store`]: the sled implementation, split along etcd's lines: the
 //!   backend (the open batch and its commit), the schema (records the
@@ -84,7 +84,7 @@
 //! the open batch included, and must run before the server releases WAL
 //! segments.
 
-pub mod block;
+pub(crate) mod block;
 pub mod compaction;
 pub mod count_cache;
 pub mod defrag;
@@ -100,13 +100,13 @@ pub mod live_count;
 pub mod observer;
 pub mod pacing;
 pub mod range;
-pub mod records;
+pub(crate) mod records;
 pub mod request;
 pub mod revision;
 pub mod store;
 pub mod txn;
 pub mod validate;
-pub mod value_files;
+pub(crate) mod value_files;
 pub mod writes;
 
 pub use error::{Code, Error, Result};

@@ -17,15 +17,15 @@
 //! The store is split along etcd's lines (its `storage/backend`,
 //! `storage/schema` and `mvcc/kvstore*.go`); this file holds what all of
 //! them share: the store's state, its meta keys, and its small accessors.
-//! - [`backend`]: the open batch and its commit to sled, and reads
+//! - `backend`: the open batch and its commit to sled, and reads
 //!   through the batch;
-//! - [`schema`]: the records the server owns (alarms, auth, membership,
+//! - `schema`: the records the server owns (alarms, auth, membership,
 //!   leases);
-//! - [`recovery`]: open, and the rebuild of the index and leases;
-//! - [`apply`]: applying writes (`StoreTxn`) and serving reads;
-//! - [`compact`]: compaction in steps, its hashes, HashKV, reclaim;
-//! - [`snapshot`]: the snapshot wire format, out and back in;
-//! - [`defragment`]: the copy into the next generation and the switch.
+//! - `recovery`: open, and the rebuild of the index and leases;
+//! - `apply`: applying writes (`StoreTxn`) and serving reads;
+//! - `compact`: compaction in steps, its hashes, HashKV, reclaim;
+//! - `snapshot`: the snapshot wire format, out and back in;
+//! - `defragment`: the copy into the next generation and the switch.
 
 mod apply;
 mod backend;

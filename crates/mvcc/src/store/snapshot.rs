@@ -66,7 +66,7 @@ impl Store {
     /// sequence of `key length u32 BE, key, value length u32 BE, value`
     /// for every sled key, a block's value being the block itself, never
     /// a pointer into this member's value files, and the format declared
-    /// the one of blocks in sled ([`records::FORMAT_BLOCKS_IN_SLED`]).
+    /// the one of blocks in sled (`records::FORMAT_BLOCKS_IN_SLED`).
     /// Taken under the read lock, so it is one consistent point; applies wait meanwhile, so `out` should be local
     /// (a file), not a network peer. The open batch goes to sled first.
     pub fn snapshot_to(&self, out: &mut impl std::io::Write) -> Result<u64> {
