@@ -53,16 +53,6 @@ fn time_to_compaction(endpoint: &str, key: &str, revision: i64) -> Duration {
     }
 }
 
-/// The index of the member that leads.
-fn leader(cluster: &common::Cluster) -> usize {
-    let statuses = common::endpoint_status(&cluster.endpoints());
-    let leader = statuses[0]["leader"].as_u64().expect("leader");
-    statuses
-        .iter()
-        .position(|status| status["header"]["member_id"].as_u64() == Some(leader))
-        .expect("the leader is a member")
-}
-
 #[test]
 fn periodic_compaction_follows_etcds_schedule_and_the_leader() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -82,7 +72,7 @@ fn periodic_compaction_follows_etcds_schedule_and_the_leader() {
         let endpoints = cluster.endpoints();
         let revision = overwritten_revision(&endpoints, "auto/k");
         let first = time_to_compaction(&endpoints, "auto/k", revision);
-        let killed = leader(&cluster);
+        let killed = common::leader_index(&cluster);
         cluster.kill(killed);
         let alive: Vec<usize> = (0..3).filter(|&i| i != killed).collect();
         // Writes wait for the survivors' election, as a client would.

@@ -60,20 +60,10 @@ fn time_to_live(endpoints: &str, id: &str) -> i64 {
         .expect("ttl")
 }
 
-/// The index of the member that leads.
-fn leader(cluster: &common::Cluster) -> usize {
-    let statuses = common::endpoint_status(&cluster.endpoints());
-    let leader = statuses[0]["leader"].as_u64().expect("leader");
-    statuses
-        .iter()
-        .position(|status| status["header"]["member_id"].as_u64() == Some(leader))
-        .expect("the leader is a member")
-}
-
 /// Kills the leader with SIGKILL, waits for the others to elect one and
 /// asks it for lease `id`'s TTL; then restarts the killed member.
 fn ttl_after_leader_killed(cluster: &mut common::Cluster, id: &str) -> i64 {
-    let killed = leader(cluster);
+    let killed = common::leader_index(cluster);
     cluster.kill(killed);
     let alive: Vec<usize> = (0..3).filter(|&i| i != killed).collect();
     cluster.wait_healthy(&alive);

@@ -203,6 +203,17 @@ pub async fn leader(endpoints: &[String], call_timeout: Duration) -> (usize, u64
     }
 }
 
+/// The index in `cluster.members` of the member that leads, from
+/// `etcdctl endpoint status`.
+pub fn leader_index(cluster: &Cluster) -> usize {
+    let statuses = endpoint_status(&cluster.endpoints());
+    let leader = statuses[0]["leader"].as_u64().expect("leader");
+    statuses
+        .iter()
+        .position(|status| status["header"]["member_id"].as_u64() == Some(leader))
+        .expect("the leader is a member")
+}
+
 /// `etcdctl endpoint status -w json`: each member's `Status` object.
 pub fn endpoint_status(endpoints: &str) -> Vec<serde_json::Value> {
     let output = etcdctl(endpoints, &["endpoint", "status", "-w", "json"]);
