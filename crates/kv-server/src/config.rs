@@ -160,6 +160,18 @@ pub struct Config {
     #[arg(long, default_value = "20s", value_parser = parse_duration_or_zero)]
     pub grpc_keepalive_timeout: Duration,
 
+    /// etcd's `--raft-read-timeout`: a raft stream from a peer quiet this
+    /// long is closed (peers' heartbeats keep live ones busy). Below 5 s,
+    /// etcd's least, it is raised to 5 s, with etcd's log line.
+    #[arg(long, default_value = "5s", value_parser = parse_duration_or_zero)]
+    pub raft_read_timeout: Duration,
+
+    /// etcd's `--raft-write-timeout`: bytes for a peer that wait this long
+    /// with the peer's socket taking none end that stream. Raised to 5 s
+    /// as the read timeout is.
+    #[arg(long, default_value = "5s", value_parser = parse_duration_or_zero)]
+    pub raft_write_timeout: Duration,
+
     /// Streams one client connection may have open at once, advertised
     /// in HTTP/2's SETTINGS; etcd's default, 4294967295, is no limit and
     /// is not advertised (`server/client_port.rs`).
@@ -331,6 +343,24 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 impl Config {
+    /// The peer transport's timeouts, each raised to etcd's least (5 s)
+    /// as etcd raises them; the flags raised are named, for the log.
+    pub fn peer_timeouts(&self) -> (crate::peer::PeerTimeouts, Vec<&'static str>) {
+        use crate::peer::PEER_TIMEOUT_MIN;
+        let mut raised = Vec::new();
+        let mut at_least = |value: Duration, flag: &'static str| {
+            if value < PEER_TIMEOUT_MIN {
+                raised.push(flag);
+            }
+            value.max(PEER_TIMEOUT_MIN)
+        };
+        let timeouts = crate::peer::PeerTimeouts {
+            read: at_least(self.raft_read_timeout, "raft-read-timeout"),
+            write: at_least(self.raft_write_timeout, "raft-write-timeout"),
+        };
+        (timeouts, raised)
+    }
+
     /// The data directory's layout, with `--wal-dir` if given.
     pub fn layout(&self) -> crate::storage::layout::DataDir {
         crate::storage::layout::DataDir::with_wal_dir(self.data_dir(), self.wal_dir.clone())

@@ -12,8 +12,8 @@ use raft::prelude::Message;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::member::core::Member;
+use crate::peer::frames::{PEER_MESSAGE_BYTES_MAX, REMOVED_MESSAGE};
 use crate::peer::snapshot_receive;
-use crate::peer::transport::{PEER_MESSAGE_BYTES_MAX, REMOVED_MESSAGE};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::peer_server::{Peer, PeerServer};
 use crate::proto::kvserverpb::{MembersRequest, MembershipRecord, PeerAck, RaftBatch, SnapshotChunk};

@@ -176,3 +176,22 @@ impl PeerChannels {
         Ok(PeerClient::new(channel))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_urls_parse() {
+        assert_eq!(
+            parse_url("http://127.0.0.1:2380").unwrap(),
+            (false, "127.0.0.1".to_string(), 2380)
+        );
+        assert_eq!(
+            parse_url("https://[::1]:12380/").unwrap(),
+            (true, "::1".to_string(), 12380)
+        );
+        assert!(parse_url("unix://x").is_err());
+        assert!(parse_url("http://host").is_err());
+    }
+}

@@ -10,6 +10,11 @@
 //! ```text
 //! hello:   "KVRAFT01" | from: u64 LE            (dialler to listener, once)
 //! frame:   length: u32 LE | raft Message (protobuf, `length` bytes)
+//!          length 0: a heartbeat, no message: a sender's keep-alive
+//!          of a quiet stream (a message to a peer names it in `to`, so
+//!          none encodes to 0 bytes; a receiver of an earlier release
+//!          decodes it as an empty message, a local one, which raft
+//!          refuses)
 //! answer:  one byte, REMOVED (listener to dialler): the dialler was
 //!          removed from the cluster; the listener then closes
 //! ```
@@ -39,6 +44,13 @@ pub const RAFT_MAGIC: [u8; 8] = *b"KVRAFT01";
 
 /// Bytes of the hello: the magic and the dialler's member id.
 pub const HELLO_BYTES: usize = 16;
+
+/// Why a peer refuses this member's messages: etcd's words for a member
+/// that was removed. The sender stops the member on hearing it.
+pub const REMOVED_MESSAGE: &str = "the member has been permanently removed from the cluster";
+
+/// A frame with no message: the link heartbeat (`peer::link`).
+pub const HEARTBEAT: [u8; 4] = [0; 4];
 
 /// The listener's one answer: the dialler has been removed.
 pub const REMOVED: u8 = b'R';
@@ -157,6 +169,10 @@ impl FrameReader {
             if rest.len() < 4 + length {
                 return Ok(messages);
             }
+            if length == 0 {
+                self.start += HEARTBEAT.len();
+                continue;
+            }
             let message = Message::parse_from_bytes(&rest[4..4 + length])
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad raft message: {e}")))?;
             messages.push(message);
@@ -206,13 +222,16 @@ mod tests {
     }
 
     // Goal: frames split anywhere across reads, and frames larger than a
-    // read chunk, come out whole and in order, and the end is reported.
+    // read chunk, come out whole and in order, heartbeat frames add no
+    // message, and the end is reported.
     #[test]
     fn frames_survive_any_split() {
         let sent: Vec<Message> = (1..=20).map(|i| append(i, (i as usize * 7919) % 200_000)).collect();
         let mut wire = Vec::new();
         for message in &sent {
             encode(message, &mut wire);
+            // Heartbeats between messages carry none.
+            wire.extend_from_slice(&HEARTBEAT);
         }
         for step in [1, 3, 4096, 1 << 20] {
             let mut stream = Trickle { bytes: &wire, step };
@@ -234,6 +253,14 @@ mod tests {
         let mut reader = FrameReader::default();
         let error = reader.read(&mut &wire[..], &mut 0).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+    }
+
+    // Goal: a receiver of an earlier release, which decodes a heartbeat
+    // as a message, gets one raft refuses as local, so it changes nothing.
+    #[test]
+    fn a_heartbeat_read_as_a_message_is_a_local_one() {
+        let message = Message::parse_from_bytes(&[]).unwrap();
+        assert!(raft::raw_node::is_local_msg(message.get_msg_type()));
     }
 
     #[test]

@@ -12,28 +12,24 @@
 use std::io;
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::membership::SharedMembership;
 use crate::peer::frames::{self, FrameReader, HELLO_BYTES, REMOVED};
+use crate::peer::timeouts::PeerTimeouts;
 use crate::raft::input::NodeInput;
-
-/// How long a dialler may take to say hello once connected.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A raft stream quiet this long is closed: a live peer's stream carries
-/// heartbeats or their answers every tick (100 ms by default), and a
-/// leaderless member campaigns every election timeout (at most 50 s, the
-/// largest etcd allows); a dead peer's connection then frees its task.
-const RECEIVE_IDLE_MAX: Duration = Duration::from_secs(60);
 
 /// Where received raft messages go, and who may send them.
 pub struct RaftInbound {
     pub node: SyncSender<NodeInput>,
     pub membership: Arc<SharedMembership>,
+    /// The hello, and then each read, must come within `timeouts.read`
+    /// (etcd's `--raft-read-timeout`): a live peer's sender keeps its
+    /// stream from going quiet that long with heartbeats (`peer::link`),
+    /// so a stream that does is a dead peer's, and its task is freed.
+    pub timeouts: PeerTimeouts,
 }
 
 impl RaftInbound {
@@ -55,7 +51,7 @@ impl RaftInbound {
     async fn receive(&self, mut stream: impl AsyncRead + AsyncWrite + Unpin) -> io::Result<()> {
         let timed_out = |_| io::Error::from(io::ErrorKind::TimedOut);
         let mut hello = [0u8; HELLO_BYTES];
-        tokio::time::timeout(HELLO_TIMEOUT, stream.read_exact(&mut hello))
+        tokio::time::timeout(self.timeouts.read, stream.read_exact(&mut hello))
             .await
             .map_err(timed_out)??;
         let from = frames::parse_hello(&hello).ok_or_else(|| io::Error::other("not a raft stream"))?;
@@ -67,7 +63,7 @@ impl RaftInbound {
         loop {
             let mut bytes = 0;
             let read = reader.read_async(&mut stream, &mut bytes);
-            let Some(messages) = tokio::time::timeout(RECEIVE_IDLE_MAX, read)
+            let Some(messages) = tokio::time::timeout(self.timeouts.read, read)
                 .await
                 .map_err(timed_out)??
             else {

@@ -4,7 +4,9 @@
 //! connections wait in the kernel's accept backlog instead of taking more
 //! memory. TLS handshakes run each in its own task, so a slow client never
 //! holds up the accept loop, and each ends within
-//! [`TLS_HANDSHAKE_TIMEOUT`]; a finished handshake then passes the
+//! [`TLS_HANDSHAKE_TIMEOUT`] (on the peer port, within etcd's
+//! `--raft-read-timeout`, which also bounds how long a plain peer
+//! connection may take to say what it carries); a finished handshake then passes the
 //! listener's admission checks (revocation, the peer SAN check:
 //! `tls::admission`).
 //!
@@ -155,9 +157,9 @@ impl BoundedListener {
 
 /// Whether a plain connection opens with the raft stream's magic: it
 /// peeks (consuming nothing) until the first bytes tell, at most
-/// [`TLS_HANDSHAKE_TIMEOUT`]; None if the connection ended or stalled.
-async fn opens_raft_stream(stream: &TcpStream) -> Option<bool> {
-    let deadline = tokio::time::Instant::now() + TLS_HANDSHAKE_TIMEOUT;
+/// `within`; None if the connection ended or stalled.
+async fn opens_raft_stream(stream: &TcpStream, within: Duration) -> Option<bool> {
+    let deadline = tokio::time::Instant::now() + within;
     let mut first = [0u8; RAFT_MAGIC.len()];
     loop {
         let peeked = tokio::time::timeout_at(deadline, stream.peek(&mut first))
@@ -190,7 +192,9 @@ async fn route_plain(
     raft: Arc<RaftInbound>,
     sender: mpsc::Sender<(Connection, SocketAddr)>,
 ) {
-    match opens_raft_stream(&stream).await {
+    // A peer says what it carries within the read timeout, as etcd's
+    // peer listener reads each request within it.
+    match opens_raft_stream(&stream, raft.timeouts.read).await {
         Some(true) => raft.serve(stream, permit),
         Some(false) => {
             let connection = Connection {
@@ -278,7 +282,9 @@ async fn handshake(
         permit,
     } = accepted;
     let acceptor = TlsAcceptor::from(tls.config.clone());
-    let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+    // On the peer port, etcd's `--raft-read-timeout` bounds it instead.
+    let within = raft.as_ref().map_or(TLS_HANDSHAKE_TIMEOUT, |raft| raft.timeouts.read);
+    let stream = match tokio::time::timeout(within, acceptor.accept(socket)).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(error)) => {
             return tracing::warn!(

@@ -205,6 +205,7 @@ async fn serve_peers(member: &Arc<Member>, node: SyncSender<NodeInput>, dir: Dat
         let raft = Arc::new(RaftInbound {
             node: node.clone(),
             membership: member.shared_membership(),
+            timeouts: member.config().peer_timeouts().0,
         });
         let incoming = BoundedListener::with_raft(listener, PEER_CONNECTIONS_MAX, tls, Some(raft))
             .map_err(|source| Error::Listen {

@@ -37,6 +37,9 @@ pub fn run(mut config: Config) -> Result<(), Error> {
              experimental-enable-lease-checkpoint-persist"
         );
     }
+    for flag in config.peer_timeouts().1 {
+        tracing::info!("{flag} increased to minimum value: {:?}", crate::peer::PEER_TIMEOUT_MIN);
+    }
     // Auto-TLS's files are the first thing written to the data directory.
     let mut client_urls = crate::config::urls(&config.listen_client_urls);
     client_urls.extend(crate::config::urls(&config.listen_client_http_urls));

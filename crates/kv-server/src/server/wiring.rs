@@ -97,8 +97,8 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
     let local_id = opened.membership.local_id;
     let lessor = lease_checkpoints(config, &opened.store, world.clock.clone());
     let dials = world.outbox.is_none();
-    let halt = Halt::default();
-    let peers = PeerSet::new(local_id, node_sender.clone(), runtime, &source, &halt, dials);
+    let (halt, timeouts) = (Halt::default(), config.peer_timeouts().0);
+    let peers = PeerSet::new(local_id, node_sender.clone(), runtime, &source, &halt, timeouts, dials);
     peers.update(&opened.membership);
     let shared = Shared {
         membership: Arc::new(SharedMembership::new(opened.membership)),
