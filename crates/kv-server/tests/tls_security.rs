@@ -13,6 +13,9 @@
 //!   member shows when it dials its peers: with a peer server
 //!   certificate made for server authentication only, a 3-member cluster
 //!   with `--peer-client-cert-auth` forms and serves through them;
+//! - `--client-cert-file` without its key, or with a key it does not
+//!   belong to, is refused at start with etcd's messages (etcd checks the
+//!   pair before it serves, though only its gateway would show it);
 //! - a revocation list that does not parse is refused at start with the
 //!   data directory untouched (etcd starts, then refuses every client
 //!   that shows a certificate: kv-server's deliberate difference).
@@ -225,6 +228,78 @@ fn bad_tls_settings_are_refused_at_start_with_etcds_messages() {
     );
     assert!(refused && said.contains("--client-crl-file"), "{said}");
     assert!(!data.exists(), "nothing was written");
+}
+
+// Goal: a client certificate pair etcd refuses is refused by kv-server
+// with the same words, before its data directory is made.
+// Method: both started with an https client URL, the member's pair,
+// and a `--client-cert-file` alone, then with another certificate's key.
+#[test]
+fn a_bad_client_certificate_pair_is_refused_at_start_as_etcd_refuses_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = Certs::generate(&dir.path().join("certs"), &["root"]);
+    let root = certs.client("root");
+    let path = |p: &Path| p.to_str().expect("a UTF-8 path").to_string();
+    let alone = ["--client-cert-file".to_string(), path(&root.cert)];
+    let mismatched = [
+        "--client-cert-file".to_string(),
+        path(&root.cert),
+        "--client-key-file".to_string(),
+        path(&certs.member.key),
+    ];
+    let cases: [(&[String], String); 2] = [
+        (
+            &alone,
+            format!(
+                "ClientKeyFile and ClientCertFile must both be present or both absent: key: , cert: {}]",
+                root.cert.display()
+            ),
+        ),
+        (&mismatched, "tls: private key does not match public key".to_string()),
+    ];
+    for (n, (extra, message)) in cases.iter().enumerate() {
+        let mut flags = vec![
+            "--cert-file".to_string(),
+            path(&certs.member.cert),
+            "--key-file".to_string(),
+            path(&certs.member.key),
+            "--listen-client-urls".to_string(),
+            "https://127.0.0.1:20881".to_string(),
+            "--advertise-client-urls".to_string(),
+            "https://127.0.0.1:20881".to_string(),
+        ];
+        flags.extend(extra.iter().cloned());
+        for (name, binary) in [
+            ("etcd", common::etcd_tool("ETCD_BIN", "etcd")),
+            ("kv-server", common::kv_server()),
+        ] {
+            let data = dir.path().join(format!("{name}-{n}"));
+            let (refused, said) = start_https_refused(&binary, &data, &flags);
+            assert!(refused && said.contains(message.as_str()), "{name} {extra:?}: {said}");
+            if name == "kv-server" {
+                assert!(!data.exists(), "kv-server {extra:?}: nothing was written");
+            }
+        }
+    }
+}
+
+/// `binary` started on `data` with `flags`, which name the client URLs:
+/// whether it was refused, and what it said.
+fn start_https_refused(binary: &Path, data: &Path, flags: &[String]) -> (bool, String) {
+    let mut args = vec![
+        "--data-dir".to_string(),
+        data.to_str().expect("a UTF-8 path").to_string(),
+        "--listen-peer-urls".to_string(),
+        "http://127.0.0.1:20882".to_string(),
+        "--initial-advertise-peer-urls".to_string(),
+        "http://127.0.0.1:20882".to_string(),
+        "--initial-cluster".to_string(),
+        "default=http://127.0.0.1:20882".to_string(),
+    ];
+    args.extend(flags.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = common::run_within(binary, &args, START_REFUSED_WITHIN);
+    (!output.status.success(), common::text(&output))
 }
 
 #[test]

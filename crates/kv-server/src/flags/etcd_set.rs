@@ -48,8 +48,12 @@ pub enum Disposition {
     Renamed(&'static str),
     /// Read by the front end: `config-file`, `feature-gates`, `version`.
     Special,
-    /// Accepted empty; any value is refused at start, with the reason.
+    /// Accepted empty (or false, for a switch); any other value is
+    /// refused at start, with the reason.
     RefusedWhenSet(&'static str),
+    /// A setting read only by a feature kv-server refuses (discovery,
+    /// tracing, downgrades): accepted and logged, with the reason.
+    Unused(&'static str),
     /// Accepted and logged, with the reason.
     NoEffect(&'static str),
 }
@@ -117,13 +121,41 @@ pub fn disposition(name: &'static str, honoured: &[String]) -> Disposition {
     if let Some(reason) = refused_when_set(name) {
         return Disposition::RefusedWhenSet(reason);
     }
+    if let Some(reason) = unused(name) {
+        return Disposition::Unused(reason);
+    }
     Disposition::NoEffect(no_effect(name))
 }
 
 /// Why a flag of etcd's is refused when given a value, if it is.
 pub fn refused_when_set(name: &str) -> Option<&'static str> {
-    matches!(name, "discovery" | "discovery-srv" | "discovery-endpoints")
-        .then_some("discovery is not served: list the members with --initial-cluster")
+    match name.strip_prefix("experimental-").unwrap_or(name) {
+        "discovery" | "discovery-srv" | "discovery-endpoints" => {
+            Some("discovery is not served: list the members with --initial-cluster")
+        }
+        // Decided: refused, not ignored, so an operator who turns tracing
+        // on is told at once that no spans will reach the collector.
+        "enable-distributed-tracing" => {
+            Some("OpenTelemetry tracing is not served: collect latency from the metrics endpoint instead")
+        }
+        _ => None,
+    }
+}
+
+/// Why a setting of a feature kv-server refuses goes unused, if it is one.
+pub fn unused(name: &str) -> Option<&'static str> {
+    let stem = name.strip_prefix("experimental-").unwrap_or(name);
+    if stem.starts_with("discovery") {
+        return Some(
+            "read only by discovery, which is refused at start (--discovery, --discovery-srv, --discovery-endpoints)",
+        );
+    }
+    if stem.starts_with("distributed-tracing") {
+        return Some("read only by tracing, which is refused at start (--enable-distributed-tracing)");
+    }
+    (stem == "downgrade-check-time").then_some(
+        "paces the leader's check of a downgrade in flight, and Downgrade's enable is refused (there is no older kv-server to go back to)",
+    )
 }
 
 /// Why a flag of etcd's has no effect on kv-server.
@@ -131,33 +163,45 @@ pub fn no_effect(name: &str) -> &'static str {
     let stem = name.strip_prefix("experimental-").unwrap_or(name);
     match stem {
         // Names etcd keeps only so that old command lines still parse.
-        "cluster-active-size" | "cluster-remove-delay" | "cluster-sync-interval" | "config" | "force"
-        | "max-result-buffer" | "max-retry-attempts" | "peer-election-timeout" | "peer-heartbeat-interval"
-        | "retry-interval" | "snapshot" | "v" | "vv" => "etcd itself ignores it (a flag of etcd 0.4, kept so old command lines parse)",
+        "cluster-active-size"
+        | "cluster-remove-delay"
+        | "cluster-sync-interval"
+        | "config"
+        | "force"
+        | "max-result-buffer"
+        | "max-retry-attempts"
+        | "peer-election-timeout"
+        | "peer-heartbeat-interval"
+        | "retry-interval"
+        | "snapshot"
+        | "v"
+        | "vv" => "etcd itself ignores it (a flag of etcd 0.4, kept so old command lines parse)",
         "test.coverprofile" | "test.outputdir" => "a flag of Go's test binary that etcd's flag set carries",
-        "enable-v2" | "enable-v2v3" | "v2-deprecation" => "kv-server serves only the v3 API; the v2 store does not exist here",
-        "proxy" | "proxy-dial-timeout" | "proxy-failure-wait" | "proxy-read-timeout" | "proxy-refresh-interval"
+        "enable-v2" | "enable-v2v3" | "v2-deprecation" => {
+            "kv-server serves only the v3 API; the v2 store does not exist here"
+        }
+        "proxy"
+        | "proxy-dial-timeout"
+        | "proxy-failure-wait"
+        | "proxy-read-timeout"
+        | "proxy-refresh-interval"
         | "proxy-write-timeout" => "the v2 proxy mode is not served",
         "enable-pprof" => "there is no Go runtime to profile; use perf on the process",
-        "client-cert-file" | "client-key-file" => {
-            "nothing in kv-server dials its own client port (the gateway is served inside the member), so there is no connection to show it on"
+        "max-snapshots" | "max-wals" => {
+            "kv-server removes its own old snapshots and WAL segments once the store holds them"
         }
-        "max-snapshots" | "max-wals" => "kv-server removes its own old snapshots and WAL segments once the store holds them",
         "unsafe-no-fsync" => "kv-server never skips an fsync: an acknowledged write is on disk",
-        "backend-batch-interval" | "backend-batch-limit" | "backend-bbolt-freelist-type" | "memory-mlock"
-        | "txn-mode-write-with-shared-buffer" | "bootstrap-defrag-threshold-megabytes" => {
-            "a setting of etcd's bbolt backend; the store is on sled"
-        }
-        "downgrade-check-time" => "cluster downgrades are not served",
+        "backend-batch-interval"
+        | "backend-batch-limit"
+        | "backend-bbolt-freelist-type"
+        | "memory-mlock"
+        | "txn-mode-write-with-shared-buffer"
+        | "bootstrap-defrag-threshold-megabytes" => "a setting of etcd's bbolt backend; the store is on sled",
         "grpc-keepalive-min-time" => {
             "clients' pings are answered however often they come (HTTP/2's server does not police their rate)"
         }
-        "raft-read-timeout" | "raft-write-timeout" => "the peer transport's timeouts are kv-server's own",
-        "socket-reuse-address" => "listeners always have SO_REUSEADDR, as Go sets it on etcd's own, so the flag changes nothing there either",
-        "enable-distributed-tracing" | "distributed-tracing-address" | "distributed-tracing-instance-id"
-        | "distributed-tracing-sampling-rate" | "distributed-tracing-service-name" => "OpenTelemetry tracing is not served",
-        _ if stem.starts_with("discovery") => {
-            "a setting of discovery, which is not served (--discovery, --discovery-srv and --discovery-endpoints are refused at start)"
+        "socket-reuse-address" => {
+            "listeners always have SO_REUSEADDR, as Go sets it on etcd's own, so the flag changes nothing there either"
         }
         _ => "not served by kv-server",
     }
@@ -176,7 +220,8 @@ pub fn markdown(honoured: &[String]) -> String {
          rewrites it), and another fails if any flag here is refused.\n\n\
          Every flag is accepted, in Go's syntax (`-f v`, `--f=v`, booleans alone)\n\
          or as its `ETCD_*` variable or config-file key. \"no effect\" flags are\n\
-         logged once at start with the reason given here.\n\n\
+         logged once at start with the reason given here, and so are \"unused\"\n\
+         ones: settings read only by a feature kv-server refuses.\n\n\
          | flag | kind | etcd default | 3.5.17 | 3.7.3 | kv-server |\n\
          |---|---|---|---|---|---|\n",
     );
@@ -192,6 +237,7 @@ pub fn markdown(honoured: &[String]) -> String {
                 _ => "honoured".into(),
             },
             Disposition::RefusedWhenSet(reason) => format!("refused at start when set: {reason}"),
+            Disposition::Unused(reason) => format!("unused: {reason}"),
             Disposition::NoEffect(reason) => format!("no effect: {reason}"),
         };
         let tick = |on: bool| if on { "yes" } else { "" };

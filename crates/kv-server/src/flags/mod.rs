@@ -193,9 +193,14 @@ fn canonical(settings: &[Setting], flags: &[etcd_set::EtcdFlag]) -> Result<(Vec<
                 }
             }
             Disposition::Special => {}
-            Disposition::RefusedWhenSet(_) if setting.value.is_empty() => {}
+            Disposition::RefusedWhenSet(_)
+                if setting.value.is_empty()
+                    || (flag.kind == Kind::Bool && go_syntax::parse_bool(&setting.value) == Some(false)) => {}
             Disposition::RefusedWhenSet(reason) => {
                 return Err(FlagError::Value(format!("--{}: {reason}", flag.name)));
+            }
+            Disposition::Unused(reason) => {
+                notes.push(format!("flag --{} is unused here: {reason}", flag.name));
             }
             Disposition::NoEffect(reason) => {
                 notes.push(format!("flag --{} has no effect here: {reason}", flag.name));

@@ -51,15 +51,23 @@ fn no_etcd_flag_is_refused() {
             ],
         };
         if let Disposition::RefusedWhenSet(reason) = etcd_set::disposition(flag.name, &honoured) {
-            let error = parse(&[format!("--{}=x", flag.name)], &[]).expect_err("a value is refused");
+            let (on, off) = match flag.kind {
+                Kind::Bool => (format!("--{}", flag.name), format!("--{}=false", flag.name)),
+                Kind::Value => (format!("--{}=x", flag.name), format!("--{}=", flag.name)),
+            };
+            let error = parse(&[on], &[]).expect_err("a value is refused");
             assert_eq!(error.to_string(), format!("--{}: {reason}", flag.name));
-            parse(&[format!("--{}=", flag.name)], &[]).unwrap_or_else(|error| panic!("empty refused: {error}"));
+            parse(&[off], &[]).unwrap_or_else(|error| panic!("off refused: {error}"));
             continue;
         }
         for args in spellings {
             let parsed = parse(&args, &[]).unwrap_or_else(|error| panic!("{args:?} refused: {error}"));
-            if let Disposition::NoEffect(reason) = etcd_set::disposition(flag.name, &honoured) {
-                let note = format!("flag --{} has no effect here: {reason}", flag.name);
+            let note = match etcd_set::disposition(flag.name, &honoured) {
+                Disposition::NoEffect(reason) => Some(format!("flag --{} has no effect here: {reason}", flag.name)),
+                Disposition::Unused(reason) => Some(format!("flag --{} is unused here: {reason}", flag.name)),
+                _ => None,
+            };
+            if let Some(note) = note {
                 assert!(parsed.notes.contains(&note), "{args:?}: {:?}", parsed.notes);
             }
         }

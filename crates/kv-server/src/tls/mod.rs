@@ -76,6 +76,16 @@ pub struct TlsFlags {
     /// Comma-separated SAN hostnames a client certificate must carry one of.
     #[arg(long, default_value = "")]
     pub client_cert_allowed_hostname: String,
+    /// The certificate etcd shows when it dials its own client port (its
+    /// gRPC gateway does). kv-server's gateway is served inside the
+    /// member, so no connection presents it; the pair is still checked
+    /// at start as etcd checks it (both files, a matching pair), so a
+    /// configuration etcd refuses is refused here too.
+    #[arg(long)]
+    pub client_cert_file: Option<PathBuf>,
+    /// The key of `--client-cert-file`.
+    #[arg(long)]
+    pub client_key_file: Option<PathBuf>,
     /// Client TLS using generated certificates (`tls/auto.rs`).
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub auto_tls: bool,
@@ -262,6 +272,7 @@ impl TlsFlags {
                 "--peer-client-cert-file and --peer-client-key-file are given together",
             ));
         }
+        self.check_client_pair()?;
         for side in [self.client_side(), self.peer_side()] {
             side.allowed_names()?;
             if let Some(crl) = side.crl {
@@ -277,6 +288,38 @@ impl TlsFlags {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// `--client-cert-file` and `--client-key-file`, checked as etcd's
+    /// `TLSInfo` checks them before it serves: both or neither, and a
+    /// certificate the key belongs to (etcd's messages).
+    fn check_client_pair(&self) -> Result<(), Error> {
+        let (cert, key) = match (&self.client_cert_file, &self.client_key_file) {
+            (None, None) => return Ok(()),
+            (Some(cert), Some(key)) => (cert, key),
+            (cert, key) => {
+                let shown = |path: &Option<PathBuf>| path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+                return Err(error(
+                    "client-cert-file",
+                    format!(
+                        "ClientKeyFile and ClientCertFile must both be present or both absent: key: {}, cert: {}]",
+                        shown(key),
+                        shown(cert)
+                    ),
+                ));
+            }
+        };
+        let chain = certificates(cert, "client-cert-file")?;
+        let key = PrivateKeyDer::from_pem_file(key)
+            .map_err(|e| error("client-key-file", format!("{}: {e}", key.display())))?;
+        rustls::sign::CertifiedKey::from_der(chain, key, &self.provider()?).map_err(|e| {
+            let reason = match e {
+                rustls::Error::InconsistentKeys(_) => "tls: private key does not match public key".to_string(),
+                other => other.to_string(),
+            };
+            error("client-key-file", reason)
+        })?;
         Ok(())
     }
 
