@@ -155,6 +155,13 @@ pub struct Config {
     #[arg(long, default_value = "2h0m0s", value_parser = parse_duration_or_zero)]
     pub grpc_keepalive_interval: Duration,
 
+    /// The least time a client must leave between its pings while it has
+    /// a stream open (none open: two hours); a client that pings more
+    /// often gets GOAWAY `too_many_pings`, as from etcd's gRPC server
+    /// (`server/ping_policy.rs`). 0 is gRPC's default, five minutes.
+    #[arg(long, default_value = "5s", value_parser = parse_duration_or_zero)]
+    pub grpc_keepalive_min_time: Duration,
+
     /// How long the member waits for the answer to its ping before it
     /// closes the connection; 0 is etcd's default, 20 s.
     #[arg(long, default_value = "20s", value_parser = parse_duration_or_zero)]

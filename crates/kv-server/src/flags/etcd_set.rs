@@ -197,9 +197,6 @@ pub fn no_effect(name: &str) -> &'static str {
         | "memory-mlock"
         | "txn-mode-write-with-shared-buffer"
         | "bootstrap-defrag-threshold-megabytes" => "a setting of etcd's bbolt backend; the store is on sled",
-        "grpc-keepalive-min-time" => {
-            "clients' pings are answered however often they come (HTTP/2's server does not police their rate)"
-        }
         "socket-reuse-address" => {
             "listeners always have SO_REUSEADDR, as Go sets it on etcd's own, so the flag changes nothing there either"
         }

@@ -18,7 +18,8 @@
 //!
 //! [`serve`] runs the connections on hyper's HTTP/1 and HTTP/2 server with
 //! etcd's gRPC transport settings ([`Transport`]): the keepalive ping and
-//! its timeout, and the bound on one connection's concurrent streams.
+//! its timeout, the bound on one connection's concurrent streams, and
+//! the policing of clients' pings (`server::ping_policy`).
 //! Stopping, it sends each connection GOAWAY and waits for the requests
 //! in flight.
 
@@ -44,6 +45,7 @@ use crate::api::gateway::ConnectionStreams;
 use crate::api::request_stats::Remote;
 use crate::config::Config;
 use crate::server::listener::BoundedListener;
+use crate::server::ping_policy::PingPoliced;
 use crate::tls::ClientIdentity;
 
 /// gRPC's server default for `--grpc-keepalive-interval` 0: two hours.
@@ -62,7 +64,13 @@ pub struct Transport {
     /// Concurrent streams per connection; `None` is no limit, and then
     /// nothing is advertised, as gRPC does for etcd's default.
     pub max_concurrent_streams: Option<u32>,
+    /// The least time between a client's pings (`server::ping_policy`).
+    pub keepalive_min_time: Duration,
 }
+
+/// gRPC's server default when etcd's `--grpc-keepalive-min-time` is 0
+/// (etcd then sets no policy, and gRPC's own applies): five minutes.
+const KEEPALIVE_MIN_TIME_DEFAULT: Duration = Duration::from_secs(5 * 60);
 
 impl Transport {
     /// As etcd passes them to gRPC: the keepalive pair only when both are
@@ -80,6 +88,10 @@ impl Transport {
             keepalive_interval,
             keepalive_timeout,
             max_concurrent_streams: (streams != 0 && streams != u32::MAX).then_some(streams),
+            keepalive_min_time: match config.grpc_keepalive_min_time {
+                zero if zero.is_zero() => KEEPALIVE_MIN_TIME_DEFAULT,
+                least => least,
+            },
         }
     }
 
@@ -102,18 +114,19 @@ impl Transport {
     }
 }
 
-/// Serves `listener`'s connections (`traffic`, on `builder`: see
-/// [`Transport::builder`]) until `stop` resolves; then sends each
-/// GOAWAY and returns once their requests in flight are answered (the
-/// caller bounds that wait).
+/// Serves `listener`'s connections (`traffic`, with `transport`'s
+/// settings: see [`Transport::builder`]; `tls` if its URL is) until
+/// `stop` resolves; then sends each GOAWAY and returns once their
+/// requests in flight are answered (the caller bounds that wait).
 pub async fn serve(
     mut listener: BoundedListener,
     port: ClientPort,
-    traffic: Traffic,
-    builder: Builder<TokioExecutor>,
+    (traffic, tls): (Traffic, bool),
+    transport: Transport,
     stop: impl Future<Output = ()>,
 ) {
     use axum::serve::Listener as _;
+    let builder = transport.builder(traffic, tls);
     let graceful = GracefulShutdown::new();
     let mut stop = std::pin::pin!(stop);
     loop {
@@ -124,6 +137,7 @@ pub async fn serve(
         let service = port
             .connection(traffic, connection.identity().clone(), remote)
             .map_request(|request: Request<hyper::body::Incoming>| request.map(axum::body::Body::new));
+        let connection = PingPoliced::new(connection, transport.keepalive_min_time);
         let served = builder.serve_connection(TokioIo::new(connection), TowerToHyperService::new(service));
         let served = graceful.watch(served.into_owned());
         tokio::spawn(async move {

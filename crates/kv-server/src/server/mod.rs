@@ -14,6 +14,8 @@
 //! - [`client_port`]: what a client connection serves: gRPC, or plain
 //!   HTTP and the gateway, split by each request's kind; and the HTTP/2
 //!   transport settings (keepalive, streams) its connections run with.
+//! - [`ping_policy`]: `--grpc-keepalive-min-time`, clients' pings
+//!   policed as etcd's gRPC server polices them.
 //! - [`restore`]: `kv-server snapshot restore`, a new member's data
 //!   directory from a saved snapshot.
 
@@ -22,6 +24,7 @@ pub mod compactor;
 pub mod force_new_cluster;
 pub mod join;
 pub mod listener;
+pub mod ping_policy;
 pub mod restore;
 pub mod serve;
 pub mod start;

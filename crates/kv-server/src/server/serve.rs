@@ -266,13 +266,13 @@ async fn serve_clients(
             url: url.clone(),
             source,
         })?;
-        let (port, builder) = (port.clone(), transport.builder(traffic, config::is_tls(&url)));
+        let (port, tls) = (port.clone(), config::is_tls(&url));
         let mut stop = stop.clone();
         servers.push(tokio::spawn(async move {
             let stopped = async move {
                 let _ = stop.wait_for(|stopping| *stopping).await;
             };
-            client_port::serve(listener, port, traffic, builder, stopped).await;
+            client_port::serve(listener, port, (traffic, tls), transport, stopped).await;
         }));
         log_serving(&url, traffic);
     }
