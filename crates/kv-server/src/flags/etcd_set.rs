@@ -188,9 +188,9 @@ pub fn no_effect(name: &str) -> &'static str {
         | "proxy-write-timeout" => "the v2 proxy mode is not served",
         "enable-pprof" => "there is no Go runtime to profile; use perf on the process",
         "max-snapshots" | "max-wals" => {
-            "kv-server removes its own old snapshots and WAL segments once the store holds them"
+            "a setting of etcd's own snap and wal files, which kv-server does not keep: its WAL segments and snapshot dumps are removed once the store holds them"
         }
-        "unsafe-no-fsync" => "kv-server never skips an fsync: an acknowledged write is on disk",
+        "unsafe-no-fsync" => "kv-server never skips an fsync, by design: an acknowledged write is on disk",
         "backend-batch-interval"
         | "backend-batch-limit"
         | "backend-bbolt-freelist-type"
