@@ -1,7 +1,7 @@
 //! The seams a driver of whole members works through: the deterministic
 //! simulator (`crates/simulator`) runs real members, wired as production
-//! wires them, on a clock, an entropy source, a network and a WAL disk of
-//! its own, and turns their raft loops and apply stages by hand. Nothing
+//! wires them, on a clock, an entropy source, a network, a WAL disk and a
+//! store power switch (`mvcc::Power`) of its own, and turns their raft loops and apply stages by hand. Nothing
 //! here is used by the server itself; it is the list of what the
 //! simulator may reach, so the rest of the crate stays private.
 

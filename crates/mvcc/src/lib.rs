@@ -99,6 +99,7 @@ pub mod lease;
 pub mod live_count;
 pub mod observer;
 pub mod pacing;
+pub mod power;
 pub mod range;
 pub(crate) mod records;
 pub mod request;
@@ -115,6 +116,7 @@ pub use key_value::{Event, EventKind, KeyValue};
 pub use kv::{ReadView, WriteTxn};
 pub use lease::{Lease, LeaseTtl, MAX_LEASE_TTL, NO_LEASE};
 pub use observer::Observer;
+pub use power::Power;
 pub use request::*;
 pub use revision::Revision;
 pub use store::{

@@ -106,8 +106,13 @@ fn start_with(
         disk,
         ..wal::Options::default()
     };
-    let opened = crate::server::start::open(&config, options, &crate::server::join::fetch_membership)
-        .expect("the data directory opens");
+    let opened = crate::server::start::open(
+        &config,
+        options,
+        mvcc::Power::default(),
+        &crate::server::join::fetch_membership,
+    )
+    .expect("the data directory opens");
     let id = opened.membership.local_id;
     let world = World {
         outbox: Some(Box::new(ChannelOutbox {

@@ -51,7 +51,12 @@ pub fn run(mut config: Config) -> Result<(), Error> {
     if let Some(dial) = config.tls.peer_dial(dials_https)? {
         crate::peer::channels::use_peer_tls(dial);
     }
-    let opened = open(&config, wal::Options::default(), &join::fetch_membership)?;
+    let opened = open(
+        &config,
+        wal::Options::default(),
+        mvcc::Power::default(),
+        &join::fetch_membership,
+    )?;
     let membership = opened.membership.clone();
     crate::metrics::metrics().describe_member(membership.local_id, config.quota_backend_bytes);
     crate::metrics::metrics().set_level(&config.metrics);
@@ -148,7 +153,12 @@ fn runtimes() -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), Erro
 /// log is opened with `wal_options`: the defaults in production; a
 /// simulator's disk (see `wal::Disk`) and smaller segments elsewhere. A
 /// member joining a running cluster learns the membership through `join`.
-pub fn open(config: &Config, wal_options: wal::Options, join: &join::Join) -> Result<Opened, Error> {
+pub fn open(
+    config: &Config,
+    wal_options: wal::Options,
+    store_power: mvcc::Power,
+    join: &join::Join,
+) -> Result<Opened, Error> {
     let dir = config.layout();
     dir.create()?;
     let removed = dir.remove_leftover_dumps()?;
@@ -160,7 +170,7 @@ pub fn open(config: &Config, wal_options: wal::Options, join: &join::Join) -> Re
             dir: dir.root().to_path_buf(),
         });
     }
-    let store = mvcc::Store::open_with(&dir.store(), config.max_txn_ops)?;
+    let store = mvcc::Store::open_powered(&dir.store(), config.max_txn_ops, store_power)?;
     store.set_compaction_batch_limit(config.experimental_compaction_batch_limit);
     if DurableLog::exists(&dir) {
         store_legacy_membership(config, &store)?;

@@ -307,10 +307,11 @@ impl Store {
         let mut state = self.state.write();
         // Tests stall the store here, its lock held (`mvcc::apply=…`).
         fail::fail_point!("mvcc::apply");
+        let before = state.position("apply");
         assert!(
-            raft_index >= state.consistent_index,
+            raft_index >= before.consistent_index,
             "raft index {raft_index} goes back from {}",
-            state.consistent_index
+            before.consistent_index
         );
         let mut batch = std::mem::take(&mut state.batch);
         batch.opened.get_or_insert_with(Instant::now);
@@ -326,6 +327,11 @@ impl Store {
         }
         state.batch = batch;
         state.consistent_index = raft_index;
+        let after = state.position("apply");
+        assert!(
+            after.current_revision >= before.current_revision && after.compact_revision >= before.compact_revision,
+            "apply at index {raft_index} moved revisions back: {before:?} to {after:?}"
+        );
         let membership_changed = requests.iter().any(|r| matches!(r, WriteRequest::Membership(_)));
         self.publish(&state, membership_changed);
         if state.batch.is_due() {

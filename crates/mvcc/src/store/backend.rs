@@ -116,6 +116,7 @@ pub(super) fn commit(
     if state.batch.opened.is_none() {
         return Ok(());
     }
+    let before = state.position("commit");
     let started = Instant::now();
     let batch = std::mem::take(&mut state.batch);
     let mut writes = batch.writes;
@@ -158,6 +159,11 @@ pub(super) fn commit(
     for pointer in added {
         state.values.count_live(&pointer, pointer.length as i64);
     }
+    assert!(
+        state.batch.opened.is_none() && state.position("commit") == before,
+        "commit must hand sled the whole batch and move nothing: {before:?}, batch open: {}",
+        state.batch.opened.is_some()
+    );
     if let Some(observer) = observer {
         observer.committed(started.elapsed());
     }
@@ -248,14 +254,6 @@ impl Store {
         // them in (arguments are evaluated left to right).
         let mut state = self.state.write();
         commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())
-    }
-
-    /// What killing the process does to the store, for a simulated crash:
-    /// from now on it refuses every call, and closing it writes nothing,
-    /// so the open batch is lost, as a killed process loses it (what sled
-    /// already has stays). The member's WAL replays what was lost.
-    pub fn kill(&self) {
-        self.poisoned.store(true, Ordering::Release);
     }
 
     /// Makes everything applied so far durable in sled, the open batch

@@ -140,11 +140,25 @@ impl Store {
         }
         self.check_usable()?;
         let mut state = self.state.write();
+        let before = state.position("compact_step");
+        let more = self.compact_step_locked(&mut state)?;
+        // Compaction removes history below the compact revision; it
+        // never moves a revision or the index.
+        assert_eq!(
+            state.position("compact_step"),
+            before,
+            "a compaction step moved the store's position"
+        );
+        Ok(more)
+    }
+
+    /// [`Store::compact_step`] under its lock.
+    fn compact_step_locked(&self, state: &mut State) -> Result<bool> {
         let started = Instant::now();
         let limit = self.compaction_batch_limit.load(Ordering::Relaxed);
         if state.compactions.is_empty() {
             // What is left is reclaiming the space the compaction freed.
-            let more = state.reclaim.is_some() && self.reclaim_step(&mut state)?;
+            let more = state.reclaim.is_some() && self.reclaim_step(state)?;
             self.compaction_queued.store(more, Ordering::Release);
             if let Some(observer) = self.observer.get() {
                 observer.compaction_step(false, 0, started.elapsed());
@@ -153,7 +167,7 @@ impl Store {
         }
         let mut kind = (false, 0);
         if let Some(mut step) = state.compactions.next_step(limit) {
-            self.run_step(&mut state, &mut step, limit)?;
+            self.run_step(state, &mut step, limit)?;
             kind = match &step {
                 Step::Index { .. } => (true, 0),
                 Step::Hash { .. } => (false, 0),
@@ -174,8 +188,8 @@ impl Store {
         }
         if state.compactions.is_empty() && state.reclaim.is_none() {
             // Its removals counted first: they are what leaves bytes dead.
-            commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
-            start_reclaim(&mut state, RECLAIM_LIVE_PERCENT);
+            commit(&self.db.read(), &self.poisoned, state, self.observer.get())?;
+            start_reclaim(state, RECLAIM_LIVE_PERCENT);
         }
         let more = !state.compactions.is_empty() || state.reclaim.is_some();
         self.compaction_queued.store(more, Ordering::Release);

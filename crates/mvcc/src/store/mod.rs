@@ -174,6 +174,36 @@ struct State {
     reclaim: Option<Reclaim>,
 }
 
+/// Where the store's revisions and index stand: what the pre- and
+/// postconditions of `apply`, `commit`, `compact_step` and `restore`
+/// compare. These assertions stay on in release builds: a store that
+/// broke one would go on serving wrong answers, so the member stops
+/// instead, and the WAL replays into a fresh start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Position {
+    current_revision: i64,
+    compact_revision: i64,
+    consistent_index: u64,
+}
+
+impl State {
+    /// The position, checked against the invariant every state keeps: no
+    /// compaction past the current revision.
+    fn position(&self, during: &str) -> Position {
+        assert!(
+            self.compact_revision <= self.current_revision,
+            "{during}: compact revision {} is past the current revision {}",
+            self.compact_revision,
+            self.current_revision
+        );
+        Position {
+            current_revision: self.current_revision,
+            compact_revision: self.compact_revision,
+            consistent_index: self.consistent_index,
+        }
+    }
+}
+
 /// Value files being reclaimed: their blocks are moved into the newest
 /// file in key order, a step at a time.
 struct Reclaim {
@@ -198,6 +228,9 @@ pub struct Store {
     /// Set when sled failed to apply a batch: the index is then ahead of
     /// storage, so the store refuses everything until it is reopened.
     poisoned: AtomicBool,
+    /// Whether writes still reach the disk (power.rs): once cut, the
+    /// store refuses everything and closing it writes nothing.
+    power: crate::Power,
     /// Whether lease checkpoints are stored as well as kept in memory
     /// (etcd's `--experimental-enable-lease-checkpoint-persist`): a
     /// setting of this member, not of the cluster, as in etcd.
@@ -255,7 +288,7 @@ impl Drop for Store {
         for thread in self.state.get_mut().values.settle() {
             let _ = thread.join();
         }
-        if self.poisoned.load(Ordering::Acquire) {
+        if self.poisoned.load(Ordering::Acquire) || self.power.is_cut() {
             return;
         }
         if let Err(error) = commit(self.db.get_mut(), &self.poisoned, self.state.get_mut(), None) {
@@ -336,6 +369,9 @@ impl Store {
             return Err(Error::Storage(
                 "poisoned by an earlier failed apply; reopen the store".into(),
             ));
+        }
+        if self.power.is_cut() {
+            return Err(Error::Storage("the store's power was cut".into()));
         }
         Ok(())
     }

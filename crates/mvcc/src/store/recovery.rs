@@ -95,6 +95,12 @@ impl Store {
 
     /// As [`Store::open`], with etcd's `--max-txn-ops`.
     pub fn open_with(path: &Path, max_txn_ops: usize) -> Result<Store> {
+        Store::open_powered(path, max_txn_ops, crate::Power::default())
+    }
+
+    /// As [`Store::open_with`], its writes reaching the disk while
+    /// `power` is on (power.rs).
+    pub fn open_powered(path: &Path, max_txn_ops: usize, power: crate::Power) -> Result<Store> {
         let generation = defrag::recover(path)?;
         let db = open_db(&defrag::generation_dir(path, generation))?;
         records::upgrade(&db)?;
@@ -108,6 +114,7 @@ impl Store {
             alarm_kinds: AtomicU32::new(kinds_of(&state.alarms)),
             max_txn_ops,
             poisoned: AtomicBool::new(false),
+            power,
             persist_lease_checkpoints: AtomicBool::new(false),
             observer: OnceLock::new(),
             published: parking_lot::Mutex::new((consistent_index, state.membership.clone())),

@@ -130,6 +130,7 @@ impl Store {
     pub(super) fn restore_items(&self, target: RestoreFor, mut input: impl std::io::Read) -> Result<()> {
         self.check_usable()?;
         let mut state = self.state.write();
+        state.position("restore");
         // What the open batch holds is replaced with the rest, and a
         // defragmentation under way is abandoned.
         state.batch = Batch::default();
@@ -168,6 +169,12 @@ impl Store {
                 return Err(error);
             }
         };
+        let restored = state.position("restore");
+        assert!(
+            restored.consistent_index == consistent_index && state.batch.opened.is_none(),
+            "a restore for index {consistent_index} left {restored:?}, batch open: {}",
+            state.batch.opened.is_some()
+        );
         self.compaction_queued
             .store(!state.compactions.is_empty(), Ordering::Release);
         self.alarm_kinds.store(kinds_of(&state.alarms), Ordering::Release);

@@ -52,6 +52,8 @@ struct Running {
     /// When the stage's wait for input would end (then it commits).
     stage_wake: Instant,
     store: Weak<mvcc::Store>,
+    /// The store's power: cut when the member is torn down.
+    power: mvcc::Power,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// What the apply stage publishes to the watch streams, every batch
     /// from the member's start on: the simulator's record of what each
@@ -161,7 +163,8 @@ impl SimMember {
             Some(record) => membership_from(config, record.clone(), known_id),
             None => Err(Error::Join("no member runs to ask for the membership".into())),
         };
-        let opened = kv_server::driver::open(&self.config, options, &join)?;
+        let power = mvcc::Power::default();
+        let opened = kv_server::driver::open(&self.config, options, power.clone(), &join)?;
         let store = Arc::downgrade(&opened.store);
         let world = World {
             outbox: Some(Box::new(self.outbox.clone())),
@@ -182,6 +185,7 @@ impl SimMember {
             stage: wired.stage,
             apply_inputs: wired.apply_inputs,
             store,
+            power,
             tasks,
             changes,
         });
@@ -314,9 +318,7 @@ impl SimMember {
         let running = self.running.take()?;
         self.disk.freeze();
         // The store loses its open batch, as a killed process's does.
-        if let Some(store) = running.store.upgrade() {
-            store.kill();
-        }
+        running.power.cut();
         for task in &running.tasks {
             task.abort();
         }
