@@ -230,7 +230,7 @@ pub struct Store {
     poisoned: AtomicBool,
     /// Whether writes still reach the disk (power.rs): once cut, the
     /// store refuses everything and closing it writes nothing.
-    power: crate::Power,
+    power: crate::power::Power,
     /// Whether lease checkpoints are stored as well as kept in memory
     /// (etcd's `--experimental-enable-lease-checkpoint-persist`): a
     /// setting of this member, not of the cluster, as in etcd.

@@ -95,12 +95,12 @@ impl Store {
 
     /// As [`Store::open`], with etcd's `--max-txn-ops`.
     pub fn open_with(path: &Path, max_txn_ops: usize) -> Result<Store> {
-        Store::open_powered(path, max_txn_ops, crate::Power::default())
+        Store::open_powered(path, max_txn_ops, crate::power::Power::default())
     }
 
     /// As [`Store::open_with`], its writes reaching the disk while
     /// `power` is on (power.rs).
-    pub fn open_powered(path: &Path, max_txn_ops: usize, power: crate::Power) -> Result<Store> {
+    pub fn open_powered(path: &Path, max_txn_ops: usize, power: crate::power::Power) -> Result<Store> {
         let generation = defrag::recover(path)?;
         let db = open_db(&defrag::generation_dir(path, generation))?;
         records::upgrade(&db)?;
