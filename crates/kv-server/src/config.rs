@@ -272,7 +272,7 @@ pub struct Config {
 
     /// Have the leader checkpoint long leases' remaining TTLs through raft
     /// every five minutes, so that a new leader does not restart their
-    /// clocks at the full TTL (`member/lessor.rs`).
+    /// clocks at the full TTL (`lease/lessor.rs`).
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
     pub experimental_enable_lease_checkpoint: bool,
 

@@ -11,8 +11,9 @@
 //! - [`api`]: etcd's gRPC services, `/health` and `/version`, the peer
 //!   service; each a thin layer over the member core.
 //! - [`member`]: the member core (`Member`): propose, linearize, quota,
-//!   headers, leases; and what it shares with the apply stage (waiters,
-//!   lease deadlines).
+//!   headers; and what it shares with the apply stage (waiters).
+//! - [`lease`]: leases: the member's operations, the leader's deadlines
+//!   and checkpoints, lease ids.
 //! - [`watch`]: the watch engine: the hub the apply stage publishes to,
 //!   each stream's task, matching, catch-up, outbox and pacing.
 //! - [`raft`]: the raft loop (`node`), its inputs, ReadIndex rounds, and
@@ -61,6 +62,7 @@ pub(crate) mod entropy;
 pub(crate) mod error;
 pub mod flags;
 pub(crate) mod halt;
+pub(crate) mod lease;
 pub mod logging;
 pub(crate) mod member;
 pub(crate) mod membership;

@@ -1,4 +1,4 @@
-//! etcd's `Auth` service. Changes go through raft (see `member::auth`);
+//! etcd's `Auth` service. Changes go through raft (see `auth::operations`);
 //! once auth is on, every call but Authenticate needs the root role,
 //! except that a user may read itself and the roles it holds, as in etcd.
 //! Reads wait for a ReadIndex round first, so they see every change

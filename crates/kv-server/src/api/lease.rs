@@ -1,6 +1,6 @@
 //! etcd's `Lease` service: LeaseGrant, LeaseRevoke, LeaseKeepAlive (a
 //! stream), LeaseTimeToLive and LeaseLeases. The work is the member
-//! core's (`member::lease`); this serves it over gRPC.
+//! core's (`lease::operations`); this serves it over gRPC.
 
 use std::sync::Arc;
 

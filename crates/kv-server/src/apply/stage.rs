@@ -25,7 +25,7 @@ use crate::auth::{Auth, Caller};
 use crate::clock::Clock;
 use crate::error::RequestError;
 use crate::halt::Fatal;
-use crate::member::lessor::Lessor;
+use crate::lease::lessor::Lessor;
 use crate::member::waiters::Waiters;
 use crate::membership::{Change, Membership, SharedMembership};
 use crate::peer::transport::PeerSet;

@@ -5,6 +5,9 @@
 //! - [`perms`]: key permissions as intervals, and whether they cover a
 //!   request.
 //! - [`tokens`]: simple tokens, in each member's memory.
+//! - [`operations`]: who a request is from and whether they may make it;
+//!   the Auth service's changes, logins and password hashing, as the
+//!   member core's methods (`api::auth` is the gRPC adapter).
 //!
 //! [`Auth`] is what the member shares between the API (who is calling,
 //! may they) and the apply stage (the state after each change). With auth
@@ -18,6 +21,7 @@
 //! then log in again and retry), so a write checked before a revocation
 //! never applies after it.
 
+pub mod operations;
 pub mod perms;
 pub mod state;
 pub mod tokens;

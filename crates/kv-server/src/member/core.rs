@@ -17,8 +17,8 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::RequestError;
 use crate::halt::Halt;
-use crate::member::lease_ids::LeaseIds;
-use crate::member::lessor::Lessor;
+use crate::lease::ids::LeaseIds;
+use crate::lease::lessor::Lessor;
 use crate::member::waiters::{ProposalResult, Waiters};
 use crate::membership::SharedMembership;
 use crate::peer::channels::PeerChannels;
@@ -107,7 +107,7 @@ impl Drop for DefragRunning {
 const HEALTH_REPORT_WAIT: Duration = Duration::from_secs(1);
 
 pub struct Member {
-    pub(super) config: Config,
+    pub(crate) config: Config,
     /// This member's and its cluster's ids, fixed for its lifetime.
     pub(super) local_id: u64,
     pub(super) cluster_id: u64,
@@ -118,13 +118,13 @@ pub struct Member {
     /// Notified once this member has been removed from the cluster: the
     /// server then stops.
     pub(super) stop: Arc<Notify>,
-    pub(super) store: Arc<mvcc::Store>,
-    pub(super) status: Arc<RaftStatus>,
+    pub(crate) store: Arc<mvcc::Store>,
+    pub(crate) status: Arc<RaftStatus>,
     pub(super) waiters: Arc<Waiters>,
-    pub(super) lessor: Arc<Lessor>,
+    pub(crate) lessor: Arc<Lessor>,
     pub(super) watch_hub: Arc<WatchHub>,
     /// Users, roles and tokens; the apply stage publishes changes.
-    pub(super) auth: Arc<Auth>,
+    pub(crate) auth: Arc<Auth>,
     /// The store's size on disk, sampled by the server every 100 ms (the
     /// quota check reads this instead of asking sled per write).
     pub(super) disk_bytes: AtomicU64,
@@ -133,8 +133,8 @@ pub struct Member {
     /// Status's `dbSizeInUse`.
     pub(super) live_bytes: AtomicU64,
     pub(super) node: SyncSender<NodeInput>,
-    pub(super) leader_channels: PeerChannels,
-    pub(super) lease_ids: LeaseIds,
+    pub(crate) leader_channels: PeerChannels,
+    pub(crate) lease_ids: LeaseIds,
     pub(super) clock: Arc<dyn Clock>,
     /// True while a defragmentation runs, with
     /// --experimental-stop-grpc-service-on-defrag: the gRPC health status

@@ -2,14 +2,9 @@
 //!
 //! - [`core`]: `Member`, what every etcd service calls: propose a write
 //!   and wait for it to apply, linearize a read, the quota, headers,
-//!   MoveLeader.
-//! - [`auth`]: who a request is from and whether they may make it; the
-//!   Auth service's changes, logins and password hashing.
+//!   MoveLeader. Its lease operations are `crate::lease`'s, and its auth
+//!   checks and changes `crate::auth`'s.
 //! - [`corruption`]: etcd's corruption checks and the CORRUPT alarm.
-//! - [`lease`]: the member's lease operations; keep-alives go to the
-//!   leader, who alone tracks deadlines.
-//! - [`lessor`]: the leader's lease deadlines.
-//! - [`lease_ids`]: lease ids shaped as etcd's.
 //! - [`probe`]: the round trip to each peer, for the metrics.
 //! - [`read`]: Range and read-only Txn, served as etcd's server serves
 //!   them.
@@ -19,12 +14,8 @@
 //! - [`waiters`]: clients waiting for their proposals to apply.
 //! - [`watch_source`]: what a watch stream reads of the core.
 
-pub mod auth;
 pub mod core;
 pub mod corruption;
-pub mod lease;
-pub mod lease_ids;
-pub mod lessor;
 pub mod probe;
 pub mod read;
 pub mod reconfigure;

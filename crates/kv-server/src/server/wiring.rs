@@ -20,8 +20,8 @@ use crate::config::Config;
 use crate::entropy::{Entropy, OsEntropy};
 use crate::error::Error;
 use crate::halt::{Fatal, Halt};
+use crate::lease::lessor::Lessor;
 use crate::member::core::{Member, MemberParts};
-use crate::member::lessor::Lessor;
 use crate::member::waiters::Waiters;
 use crate::membership::{Membership, SharedMembership};
 use crate::peer::snapshot_send::SnapshotSource;
@@ -158,12 +158,12 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
 }
 
 /// The lessor, checkpointing when `config` asks for it, and the store
-/// told whether to persist the checkpoints (`member/lessor.rs`).
+/// told whether to persist the checkpoints (`lease/lessor.rs`).
 fn lease_checkpoints(config: &Config, store: &mvcc::Store, clock: Arc<dyn crate::clock::Clock>) -> Arc<Lessor> {
     store.persist_lease_checkpoints(config.experimental_enable_lease_checkpoint_persist);
     let interval = config
         .experimental_enable_lease_checkpoint
-        .then(crate::member::lessor::lease_checkpoint_interval);
+        .then(crate::lease::lessor::lease_checkpoint_interval);
     Arc::new(Lessor::new(clock, interval))
 }
 

@@ -6,7 +6,7 @@
 //!
 //! A proposal a follower forwards to the leader (`MsgPropose`) is never
 //! duplicated: the real transport is a TCP stream that never resends a
-//! batch (`peer/transport.rs`), and raft appends a proposal as often as it
+//! batch (`peer/transport.rs`, `peer/link.rs`), and raft appends a proposal as often as it
 //! arrives, so a copy would apply the write twice. (The simulator found
 //! this: a put answered at one revision, and the key held it at the next.)
 //! Every other message raft must take twice, and does. Delivery is in (time, send order), so the same
