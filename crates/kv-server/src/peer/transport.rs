@@ -325,23 +325,8 @@ mod tests {
         let address = listener.local_addr().unwrap();
         let (count_sender, counts) = std_mpsc::channel();
         let mut peer = FakePeer::start(listener, count_sender.clone());
-        let (node, _node_inputs) = std::sync::mpsc::sync_channel(NODE_QUEUE_FOR_TEST);
         let dir = tempfile::tempdir().unwrap();
-        let data = crate::storage::layout::DataDir::new(dir.path().to_path_buf());
-        data.create().unwrap();
-        let source = Arc::new(SnapshotSource {
-            store: Arc::new(mvcc::Store::open(&data.store()).unwrap()),
-            dir: data,
-        });
-        let peers = PeerSet::new(
-            1,
-            node,
-            runtime.handle(),
-            &source,
-            &Halt::default(),
-            PeerTimeouts::default(),
-            true,
-        );
+        let (peers, _inputs) = peer_set(&runtime, dir.path(), PeerTimeouts::default());
         let link = peers.start_link(2, &format!("http://{address}")).unwrap();
         assert!(reaches(&link, &counts, Duration::from_secs(5)), "first contact");
         for round in 0..5 {
