@@ -107,6 +107,9 @@ impl Transport {
         builder
             .http2()
             .timer(TokioTimer::new())
+            // grpc-go, which serves etcd's gRPC, sends no `Date` on its
+            // responses; HTTP answers get theirs (see `with_date`).
+            .auto_date_header(traffic == Traffic::Http)
             .keep_alive_interval(self.keepalive_interval)
             .keep_alive_timeout(self.keepalive_timeout)
             .max_concurrent_streams(self.max_concurrent_streams);
@@ -217,13 +220,30 @@ impl Service<Request> for ClientConnection {
             Traffic::Grpc => true,
             Traffic::Http => false,
         };
-        let side = if grpc {
-            self.port.grpc.clone()
-        } else {
-            self.port.http.clone()
-        };
-        Box::pin(side.oneshot(request))
+        if grpc {
+            return Box::pin(self.port.grpc.clone().oneshot(request));
+        }
+        let answer = self.port.http.clone().oneshot(request);
+        if self.traffic == Traffic::Http {
+            return Box::pin(answer);
+        }
+        Box::pin(with_date(answer))
     }
+}
+
+/// An HTTP answer on a port that also serves gRPC, with the `Date` that
+/// Go's net/http sends and the HTTP/2 server (built without it, for
+/// gRPC's sake: see [`Transport::builder`]) leaves out. HTTP/1 answers
+/// already carry one; the header is left as it is then.
+async fn with_date(answer: impl Future<Output = Result<Response, Infallible>>) -> Result<Response, Infallible> {
+    let mut response = answer.await?;
+    if let axum::http::header::Entry::Vacant(vacant) = response.headers_mut().entry(axum::http::header::DATE) {
+        let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+        if let Ok(value) = axum::http::HeaderValue::from_str(&date) {
+            vacant.insert(value);
+        }
+    }
+    Ok(response)
 }
 
 impl ClientPort {
