@@ -125,10 +125,21 @@ fn refuse_before_start(config: &Config) -> Result<(), Error> {
     Ok(())
 }
 
-/// The clients' runtime, one worker per CPU this process may run on, and
-/// the peer port's (see [`PEER_RUNTIME_WORKERS`]).
+/// The clients' runtime and the peer port's (see [`PEER_RUNTIME_WORKERS`]).
+/// The clients' runtime has one worker per CPU this process may run on;
+/// on a single CPU (a member pinned with `taskset`, or a pod with one
+/// core) it is a current-thread runtime instead, driven by the thread
+/// that starts the member: one worker of the work-stealing scheduler
+/// pays for stealing and cross-thread wake-ups it cannot use there
+/// (`docs/benchmarks-history.md`, fifth round).
 fn runtimes() -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), Error> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let single_cpu = std::thread::available_parallelism().is_ok_and(|cpus| cpus.get() == 1);
+    let mut builder = if single_cpu {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = builder
         .enable_all()
         .thread_name("kv-server")
         .build()
