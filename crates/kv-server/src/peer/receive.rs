@@ -4,7 +4,7 @@
 //! on the workers that also serve clients, so on a busy member one
 //! wake-up of a worker reads peers and clients alike; a thread per
 //! connection measured more context switches per write (pinned, about
-//! twice as many: `docs/benchmarks-history.md`).
+//! twice as many: `docs/benchmarks/history.md`).
 //!
 //! The listener (`server::listener`) hands a connection here once it has
 //! told it from a gRPC one.

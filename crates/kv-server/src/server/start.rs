@@ -131,7 +131,7 @@ fn refuse_before_start(config: &Config) -> Result<(), Error> {
 /// core) it is a current-thread runtime instead, driven by the thread
 /// that starts the member: one worker of the work-stealing scheduler
 /// pays for stealing and cross-thread wake-ups it cannot use there
-/// (`docs/benchmarks-history.md`, fifth round).
+/// (`docs/benchmarks/history.md`, fifth round).
 fn runtimes() -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), Error> {
     let single_cpu = std::thread::available_parallelism().is_ok_and(|cpus| cpus.get() == 1);
     let mut builder = if single_cpu {
