@@ -16,14 +16,22 @@ use std::collections::BTreeSet;
 /// `RangeRequest { key: "a" }`.
 const RANGE_A: &[u8] = &[0, 0, 0, 0, 3, 0x0a, 0x01, b'a'];
 
-/// The header names of a unary Range call's response, and its status.
-async fn grpc_header_names(port: u16) -> (u16, BTreeSet<String>) {
+/// A ready HTTP/2 client on 127.0.0.1:`port` (prior knowledge, no TLS),
+/// and the task driving its connection.
+async fn h2_client(port: u16) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<()>) {
     let socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect");
     let (client, connection) = h2::client::handshake(socket).await.expect("HTTP/2 handshake");
-    let driver = tokio::spawn(connection);
-    let mut client = client.ready().await.expect("ready for a request");
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (client.ready().await.expect("ready for a request"), driver)
+}
+
+/// The header names of a unary Range call's response, and its status.
+async fn grpc_header_names(port: u16) -> (u16, BTreeSet<String>) {
+    let (mut client, driver) = h2_client(port).await;
     let request = http::Request::post(format!("http://127.0.0.1:{port}/etcdserverpb.KV/Range"))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
@@ -38,42 +46,29 @@ async fn grpc_header_names(port: u16) -> (u16, BTreeSet<String>) {
     (response.status().as_u16(), names)
 }
 
-/// The `Date` of a `GET /health` over HTTP/1.1, or over HTTP/2 with
-/// prior knowledge.
-async fn health_date(port: u16, http2: bool) -> Option<String> {
-    let socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect");
+/// The `Date` of a `GET /health` over HTTP/2 with prior knowledge.
+async fn http2_health_date(port: u16) -> Option<String> {
+    let (mut client, driver) = h2_client(port).await;
     let request = http::Request::get(format!("http://127.0.0.1:{port}/health"))
         .body(())
         .expect("request");
-    let headers = if http2 {
-        let (client, connection) = h2::client::handshake(socket).await.expect("HTTP/2 handshake");
-        let driver = tokio::spawn(connection);
-        let mut client = client.ready().await.expect("ready for a request");
-        let (response, _) = client.send_request(request, true).expect("the health request");
-        let response = response.await.expect("the health answer");
-        driver.abort();
-        response.headers().clone()
-    } else {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut socket = socket;
-        let raw = format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-        socket.write_all(raw.as_bytes()).await.expect("write the request");
-        let mut answer = String::new();
-        socket.read_to_string(&mut answer).await.expect("read the answer");
-        let mut headers = http::HeaderMap::new();
-        for line in answer.split("\r\n\r\n").next().unwrap_or("").lines().skip(1) {
-            if let Some((name, value)) = line.split_once(':') {
-                let name = http::HeaderName::from_bytes(name.trim().as_bytes()).expect("a header name");
-                headers.insert(name, value.trim().parse().expect("a header value"));
-            }
-        }
-        headers
-    };
-    headers
-        .get(http::header::DATE)
-        .map(|date| date.to_str().expect("an ASCII date").to_owned())
+    let (response, _) = client.send_request(request, true).expect("the health request");
+    let response = response.await.expect("the health answer");
+    driver.abort();
+    let date = response.headers().get(http::header::DATE)?;
+    Some(date.to_str().expect("an ASCII date").to_owned())
+}
+
+/// The `Date` of a `GET /health` over HTTP/1.1.
+fn http1_health_date(port: u16) -> Option<String> {
+    let answer = common::health_response(port);
+    let head = answer.split("\r\n\r\n").next().unwrap_or("");
+    head.lines().skip(1).find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("date")
+            .then(|| value.trim().to_owned())
+    })
 }
 
 #[test]
@@ -93,10 +88,12 @@ fn grpc_answers_have_no_date_and_http_answers_do_as_on_etcd() {
         let (status, names) = runtime.block_on(grpc_header_names(port));
         assert_eq!(status, 200, "{name}: the Range call's HTTP status");
         assert!(!names.contains("date"), "{name}: a gRPC answer with a Date: {names:?}");
-        let date = runtime.block_on(health_date(port, false));
-        assert!(date.is_some(), "{name}: an HTTP/1.1 answer without a Date");
+        assert!(
+            http1_health_date(port).is_some(),
+            "{name}: an HTTP/1.1 answer without a Date"
+        );
         if name == "kv-server" {
-            let date = runtime.block_on(health_date(port, true));
+            let date = runtime.block_on(http2_health_date(port));
             assert!(date.is_some(), "{name}: an HTTP/2 answer without a Date");
         }
         seen.push(names);

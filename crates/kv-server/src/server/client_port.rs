@@ -223,18 +223,21 @@ impl Service<Request> for ClientConnection {
         if grpc {
             return Box::pin(self.port.grpc.clone().oneshot(request));
         }
+        // The HTTP/2 server leaves `Date` out on ports that serve gRPC;
+        // HTTP/1's adds its own as it writes the answer.
+        let dateless = self.traffic != Traffic::Http && request.version() == axum::http::Version::HTTP_2;
         let answer = self.port.http.clone().oneshot(request);
-        if self.traffic == Traffic::Http {
-            return Box::pin(answer);
+        if dateless {
+            return Box::pin(with_date(answer));
         }
-        Box::pin(with_date(answer))
+        Box::pin(answer)
     }
 }
 
-/// An HTTP answer on a port that also serves gRPC, with the `Date` that
+/// An HTTP/2 answer on a port that also serves gRPC, with the `Date` that
 /// Go's net/http sends and the HTTP/2 server (built without it, for
-/// gRPC's sake: see [`Transport::builder`]) leaves out. HTTP/1 answers
-/// already carry one; the header is left as it is then.
+/// gRPC's sake: see [`Transport::builder`]) leaves out. A `Date` the
+/// handler set is kept.
 async fn with_date(answer: impl Future<Output = Result<Response, Infallible>>) -> Result<Response, Infallible> {
     let mut response = answer.await?;
     if let axum::http::header::Entry::Vacant(vacant) = response.headers_mut().entry(axum::http::header::DATE) {
