@@ -4,12 +4,6 @@
 //! gRPC interceptors answer. The method's path decides here; the KV
 //! service tells serializable ranges apart.
 
-use std::sync::Arc;
-
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
-
 use crate::error::RequestError;
 use crate::member::core::Member;
 
@@ -20,25 +14,13 @@ const LEARNER_METHODS: [&str; 3] = [
     "/etcdserverpb.KV/Range",
 ];
 
-/// The client port's one middleware layer: etcd's gRPC call counters
-/// around the learner gate. One layer, not two: each axum `from_fn` layer
-/// boxes a clone of the router it wraps on every request.
-pub async fn gate_and_count(State(member): State<Arc<Member>>, request: Request, next: Next) -> Response {
-    crate::metrics::grpc::count_around(request, |request| async move {
-        match refusal(&member, request.uri().path()) {
-            Some(refused) => refused,
-            None => next.run(request).await,
-        }
-    })
-    .await
-}
-
-/// The answer to a call this member may not serve: everything passes
-/// while it votes.
-fn refusal(member: &Member, path: &str) -> Option<Response> {
+/// The status that refuses the call to `path` if this member may not
+/// serve it (`api::grpc` asks before the call reaches its service):
+/// everything passes while it votes.
+pub fn refusal(member: &Member, path: &str) -> Option<tonic::Status> {
     let etcd_service = ["/etcdserverpb.", "/v3lockpb.", "/v3electionpb."]
         .iter()
         .any(|service| path.starts_with(service));
     let refused = member.is_learner() && etcd_service && !LEARNER_METHODS.contains(&path);
-    refused.then(|| tonic::Status::from(RequestError::NotSupportedForLearner).into_http::<axum::body::Body>())
+    refused.then(|| tonic::Status::from(RequestError::NotSupportedForLearner))
 }

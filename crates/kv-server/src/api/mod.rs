@@ -12,6 +12,9 @@
 //! - [`http`]: `/version` and `/metrics`; [`health`]: `/health`,
 //!   `/livez` and `/readyz`; [`access`]: etcd's CORS and `Host` checks
 //!   on the client port's HTTP.
+//! - [`grpc`]: the services above as the client port serves them, each
+//!   call dispatched by its path behind the learner gate, the call
+//!   counters and the slow-call log.
 //! - [`learner`]: what a learner refuses, as etcd's interceptors do;
 //!   [`request_stats`]: etcd's "request stats" line for slow calls.
 //! - [`peer`]: the service other members call (raft streams, snapshots,
@@ -23,6 +26,7 @@ pub mod auth;
 pub mod cluster;
 pub mod errors;
 pub mod gateway;
+pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod kv;

@@ -4,7 +4,7 @@
 //! time spent, remote address, method, and the counts and sizes of what
 //! it asked and answered, as etcd's unary interceptor logs it.
 //!
-//! [`log_slow`] times every call and writes the line; the KV handlers,
+//! [`SlowLog`] times every call and writes the line; the KV handlers,
 //! which alone know what a request held, keep a copy of it without put
 //! values (its keys: a small allocation or two per call) and attach a
 //! [`Stats`] to their answer when they see, by the same clock
@@ -22,9 +22,6 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use prost::Message;
 
 use crate::proto::etcdserverpb as pb;
@@ -40,12 +37,12 @@ pub struct Stats {
 }
 
 /// When the call reached the services, in its request's extensions: the
-/// handlers judge slowness by the clock [`log_slow`] logs by.
+/// handlers judge slowness by the clock [`SlowLog`] logs by.
 #[derive(Debug, Clone, Copy)]
 pub struct CallStarted(pub Instant);
 
 /// When the call with these `extensions` started ([`CallStarted`], or
-/// now for a call that did not pass [`log_slow`]).
+/// now for a call that did not pass [`SlowLog`]).
 pub fn started(extensions: &axum::http::Extensions) -> Instant {
     extensions.get::<CallStarted>().map_or_else(Instant::now, |at| at.0)
 }
@@ -55,16 +52,37 @@ pub fn started(extensions: &axum::http::Extensions) -> Instant {
 #[derive(Debug, Clone, Copy)]
 pub struct Remote(pub SocketAddr);
 
-/// Times the call, and logs it if it was slower than `threshold` and is
-/// unary (a stream's handler returns at once, its time is the stream's).
-pub async fn log_slow(State(threshold): State<Duration>, mut request: Request, next: Next) -> Response {
-    let uri = request.uri().clone();
-    let remote = request.extensions().get::<Remote>().copied();
-    let started = Instant::now();
-    request.extensions_mut().insert(CallStarted(started));
-    let mut response = next.run(request).await;
-    let spent = started.elapsed();
-    if spent > threshold && crate::metrics::grpc::is_unary(uri.path()) {
+/// One call's timing, started as the call reaches its service
+/// (`api::grpc`): [`SlowLog::end`] logs the call if it was slower than
+/// the threshold and is unary (a stream's handler returns at once, its
+/// time is the stream's).
+pub struct SlowLog {
+    threshold: Duration,
+    uri: axum::http::Uri,
+    remote: Option<Remote>,
+    started: Instant,
+}
+
+impl SlowLog {
+    /// Starts timing `request`'s call, and marks the request with its
+    /// start ([`CallStarted`]) for the handler.
+    pub fn start<B>(threshold: Duration, request: &mut axum::http::Request<B>) -> SlowLog {
+        let started = Instant::now();
+        request.extensions_mut().insert(CallStarted(started));
+        SlowLog {
+            threshold,
+            uri: request.uri().clone(),
+            remote: request.extensions().get::<Remote>().copied(),
+            started,
+        }
+    }
+
+    /// Ends the call with `response`, writing etcd's line if it was slow.
+    pub fn end(self, response: &mut axum::http::Response<impl Sized>) {
+        let spent = self.started.elapsed();
+        if spent <= self.threshold || !crate::metrics::grpc::is_unary(self.uri.path()) {
+            return;
+        }
         let start_time = SystemTime::now().checked_sub(spent).unwrap_or_else(SystemTime::now);
         let stats = response.extensions_mut().remove::<Stats>();
         let (counts, content) = match &stats {
@@ -77,8 +95,8 @@ pub async fn log_slow(State(threshold): State<Duration>, mut request: Request, n
         tracing::warn!(
             "start time" = %crate::logging::timestamp(start_time),
             "time spent" = %crate::logging::go_duration(spent),
-            remote = remote.map_or_else(|| "No remote client info.".to_string(), |r| r.0.to_string()),
-            "response type" = uri.path(),
+            remote = self.remote.map_or_else(|| "No remote client info.".to_string(), |r| r.0.to_string()),
+            "response type" = self.uri.path(),
             "request count" = counts[0],
             "request size" = counts[1],
             "response count" = counts[2],
@@ -87,7 +105,6 @@ pub async fn log_slow(State(threshold): State<Duration>, mut request: Request, n
             "request stats"
         );
     }
-    response
 }
 
 /// Whether a handler that started at `started` is slow enough for its

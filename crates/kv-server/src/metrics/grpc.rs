@@ -16,7 +16,6 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::Request;
 use axum::response::Response;
 use bytes::Bytes;
 use http_body::Frame;
@@ -234,31 +233,44 @@ impl Default for GrpcMetrics {
     }
 }
 
-/// Counts the call's start, and its end with its code, around `inner`
-/// (the rest of the client port's middleware and the service: see
-/// `api::learner::gate_and_count`).
-pub async fn count_around<F, Answer>(request: Request, inner: F) -> Response
-where
-    F: FnOnce(Request) -> Answer,
-    Answer: std::future::Future<Output = Response>,
-{
+/// A call whose start is counted; [`Counting::end`] counts its end.
+pub struct Counting {
+    counters: &'static MethodCounters,
+    /// When the call started, if its handling time is observed.
+    started: Option<Instant>,
+}
+
+/// Counts the start of the call to `path` (`/etcdserverpb.KV/Put`), if
+/// it is one of the counted methods; `api::grpc` calls it first.
+pub fn start(path: &str) -> Option<Counting> {
     if !cfg!(feature = "metrics") {
-        return inner(request).await;
+        return None;
     }
-    let counters = super::metrics().grpc.counters(request.uri().path());
-    let Some(counters) = counters else {
-        return inner(request).await;
-    };
+    let counters = super::metrics().grpc.counters(path)?;
     counters.started.inc();
-    let started = counters.handling.get().map(|_| Instant::now());
-    let response = inner(request).await;
+    Some(Counting {
+        counters,
+        started: counters.handling.get().map(|_| Instant::now()),
+    })
+}
+
+/// `response` as the client port sends it, its call counted as handled
+/// when its body ends (`counting`, if the call is counted).
+pub fn end<B>(counting: Option<Counting>, response: axum::http::Response<B>) -> Response
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    let Some(counting) = counting else {
+        return response.map(Body::new);
+    };
     let code_in_headers = grpc_status(response.headers());
     response.map(|body| {
         Body::new(CountedBody {
             inner: body,
-            counters: Some(counters),
+            counters: Some(counting.counters),
             code_in_headers,
-            started,
+            started: counting.started,
         })
     })
 }
@@ -272,8 +284,8 @@ fn grpc_status(headers: &axum::http::HeaderMap) -> Option<usize> {
 }
 
 /// A response body that counts its call as handled when it ends.
-struct CountedBody {
-    inner: Body,
+struct CountedBody<B: http_body::Body<Data = Bytes> + Unpin> {
+    inner: B,
     /// Taken when the call is counted.
     counters: Option<&'static MethodCounters>,
     code_in_headers: Option<usize>,
@@ -281,7 +293,7 @@ struct CountedBody {
     started: Option<Instant>,
 }
 
-impl CountedBody {
+impl<B: http_body::Body<Data = Bytes> + Unpin> CountedBody<B> {
     fn count(&mut self, code: usize) {
         if let Some(counters) = self.counters.take() {
             counters.handled[code.min(CODES.len() - 1)].inc();
@@ -292,7 +304,11 @@ impl CountedBody {
     }
 }
 
-impl http_body::Body for CountedBody {
+impl<B> http_body::Body for CountedBody<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
     type Data = Bytes;
     type Error = axum::Error;
 
@@ -300,7 +316,7 @@ impl http_body::Body for CountedBody {
         mut self: Pin<&mut Self>,
         context: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(context);
+        let polled = Pin::new(&mut self.inner).poll_frame(context).map_err(axum::Error::new);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(code) = frame.trailers_ref().and_then(grpc_status) {
@@ -326,7 +342,7 @@ impl http_body::Body for CountedBody {
     }
 }
 
-impl Drop for CountedBody {
+impl<B: http_body::Body<Data = Bytes> + Unpin> Drop for CountedBody<B> {
     fn drop(&mut self) {
         match self.code_in_headers {
             // An answer of trailers alone may be dropped once its headers

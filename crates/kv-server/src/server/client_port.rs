@@ -35,6 +35,7 @@ use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, Version};
 use axum::response::Response;
 use axum::Router;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -42,6 +43,7 @@ use hyper_util::service::TowerToHyperService;
 use tower::{Service, ServiceExt};
 
 use crate::api::gateway::ConnectionStreams;
+use crate::api::grpc::GrpcServices;
 use crate::api::request_stats::Remote;
 use crate::config::Config;
 use crate::server::listener::BoundedListener;
@@ -137,9 +139,7 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             () = &mut stop => break,
         };
-        let service = port
-            .connection(traffic, connection.identity().clone(), remote)
-            .map_request(|request: Request<hyper::body::Incoming>| request.map(axum::body::Body::new));
+        let service = port.connection(traffic, connection.identity().clone(), remote);
         let connection = PingPoliced::new(connection, transport.keepalive_min_time);
         let served = builder.serve_connection(TokioIo::new(connection), TowerToHyperService::new(service));
         let served = graceful.watch(served.into_owned());
@@ -156,7 +156,7 @@ pub async fn serve(
 /// The two sides of a client URL.
 #[derive(Clone)]
 pub struct ClientPort {
-    pub grpc: Router,
+    pub grpc: GrpcServices,
     pub http: Router,
 }
 
@@ -183,7 +183,7 @@ impl Traffic {
 }
 
 /// Whether `request` is a gRPC call.
-fn is_grpc(request: &Request) -> bool {
+fn is_grpc(request: &Request<Incoming>) -> bool {
     request.version() == Version::HTTP_2
         && request
             .headers()
@@ -201,7 +201,9 @@ pub struct ClientConnection {
     streams: ConnectionStreams,
 }
 
-impl Service<Request> for ClientConnection {
+/// Each request goes on with hyper's own body: a gRPC call's straight to
+/// its service, an HTTP request's boxed for the router.
+impl Service<Request<Incoming>> for ClientConnection {
     type Response = Response;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
@@ -210,7 +212,7 @@ impl Service<Request> for ClientConnection {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut request: Request) -> Self::Future {
+    fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
         let extensions = request.extensions_mut();
         extensions.insert(ConnectInfo(self.identity.clone()));
         extensions.insert(self.remote);
@@ -221,12 +223,12 @@ impl Service<Request> for ClientConnection {
             Traffic::Http => false,
         };
         if grpc {
-            return Box::pin(self.port.grpc.clone().oneshot(request));
+            return self.port.grpc.call(request);
         }
         // The HTTP/2 server leaves `Date` out on ports that serve gRPC;
         // HTTP/1's adds its own as it writes the answer.
         let dateless = self.traffic != Traffic::Http && request.version() == axum::http::Version::HTTP_2;
-        let answer = self.port.http.clone().oneshot(request);
+        let answer = self.port.http.clone().oneshot(request.map(axum::body::Body::new));
         if dateless {
             return Box::pin(with_date(answer));
         }

@@ -21,31 +21,15 @@ use std::sync::Arc;
 use tonic_health::ServingStatus;
 
 use crate::api::access::{self, AccessPolicy};
-use crate::api::auth::AuthService;
-use crate::api::cluster::ClusterService;
 use crate::api::gateway::{self, Gateway};
+use crate::api::grpc::{GrpcServices, HealthService};
 use crate::api::http;
-use crate::api::kv::KvService;
-use crate::api::learner;
-use crate::api::lease::LeaseService;
-use crate::api::maintenance::MaintenanceService;
 use crate::api::peer::PeerService;
-use crate::api::recipes::election::ElectionService;
-use crate::api::recipes::lock::LockService;
-use crate::api::request_stats;
-use crate::api::watch::WatchService;
 use crate::config::ListenAddr;
 use crate::config::{self, GRPC_OVERHEAD_BYTES};
 use crate::error::Error;
 use crate::member::core::Member;
 use crate::peer::receive::RaftInbound;
-use crate::proto::etcdserverpb::auth_server::AuthServer;
-use crate::proto::etcdserverpb::cluster_server::ClusterServer;
-use crate::proto::etcdserverpb::kv_server::KvServer;
-use crate::proto::etcdserverpb::lease_server::LeaseServer;
-use crate::proto::etcdserverpb::maintenance_server::MaintenanceServer;
-use crate::proto::v3electionpb::election_server::ElectionServer;
-use crate::proto::v3lockpb::lock_server::LockServer;
 use crate::raft::input::NodeInput;
 use crate::server::client_port::{self, ClientPort, Traffic, Transport};
 use crate::server::listener::{BoundedListener, Listen, ListenerTls, CLIENT_CONNECTIONS_MAX, PEER_CONNECTIONS_MAX};
@@ -304,29 +288,8 @@ fn client_port(
 ) -> ClientPort {
     let max_decoding = member.config().max_request_bytes + GRPC_OVERHEAD_BYTES;
     let member_of = || member.clone();
-    let grpc = tonic::service::Routes::new(
-        KvServer::new(KvService { member: member_of() }).max_decoding_message_size(max_decoding),
-    )
-    .add_service(LeaseServer::new(LeaseService { member: member_of() }).max_decoding_message_size(max_decoding))
-    .add_service(WatchService {
-        member: member_of(),
-        max_decoding_message_size: max_decoding,
-    })
-    .add_service(ClusterServer::new(ClusterService { member: member_of() }).max_decoding_message_size(max_decoding))
-    .add_service(MaintenanceServer::new(MaintenanceService::new(member_of())).max_decoding_message_size(max_decoding))
-    .add_service(AuthServer::new(AuthService { member: member_of() }).max_decoding_message_size(max_decoding))
-    .add_service(LockServer::new(LockService { member: member_of() }).max_decoding_message_size(max_decoding))
-    .add_service(ElectionServer::new(ElectionService { member: member_of() }).max_decoding_message_size(max_decoding))
-    .add_service(health_service)
-    .into_axum_router()
-    .layer(axum::middleware::from_fn_with_state(
-        member.config().warning_unary_request_duration,
-        request_stats::log_slow,
-    ))
-    .layer(axum::middleware::from_fn_with_state(
-        member_of(),
-        learner::gate_and_count,
-    ));
+    let health: HealthService = tower::util::BoxCloneSyncService::new(health_service);
+    let grpc = GrpcServices::new(member, max_decoding, health);
     let mut http = http::routes(member_of());
     if member.config().enable_grpc_gateway {
         let gateway = Gateway::new(grpc.clone(), member.config().max_request_bytes);

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Version};
-use axum::Router;
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
 use tonic::Status;
 use tower::ServiceExt;
+
+use crate::api::grpc::GrpcServices;
 
 /// The 5-byte prefix of a gRPC message: not compressed, then its length.
 const FRAME_PREFIX_BYTES: usize = 5;
@@ -37,7 +38,7 @@ pub struct Call {
 /// (the gRPC headers the call carries) and `requests` (framed messages).
 /// An answer made of a status alone (the call failed before it began)
 /// is the error.
-pub async fn start(grpc: &Router, path: &str, metadata: HeaderMap, requests: Body) -> Result<Call, Status> {
+pub async fn start(grpc: &GrpcServices, path: &str, metadata: HeaderMap, requests: Body) -> Result<Call, Status> {
     let mut request = Request::builder()
         .method(Method::POST)
         .uri(path)

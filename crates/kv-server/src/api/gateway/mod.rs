@@ -55,6 +55,7 @@ use tonic::{Code, Status};
 
 use crate::api::gateway::call::Call;
 use crate::api::gateway::gojson::Next;
+use crate::api::grpc::GrpcServices;
 use crate::config::GRPC_OVERHEAD_BYTES;
 
 /// Gateway streams (Watch, LeaseKeepAlive, Observe, Snapshot) open on a
@@ -126,7 +127,7 @@ impl Default for ConnectionStreams {
 
 pub struct Gateway {
     /// The member's gRPC services, as a gRPC client reaches them.
-    grpc: Router,
+    grpc: GrpcServices,
     streams: Arc<Semaphore>,
     body_max: usize,
     /// The gRPC receive limit a decoded request must fit in.
@@ -134,7 +135,7 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(grpc: Router, max_request_bytes: usize) -> Gateway {
+    pub fn new(grpc: GrpcServices, max_request_bytes: usize) -> Gateway {
         Gateway {
             grpc,
             streams: Arc::new(Semaphore::new(GATEWAY_STREAMS_MAX)),
