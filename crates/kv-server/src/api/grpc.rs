@@ -97,45 +97,39 @@ impl GrpcServices {
         }
     }
 
-    /// The call of `request` on the service its path names. Every service
-    /// here is always ready (the generated servers and the health
-    /// service have no back-pressure of their own), so none is polled
-    /// for readiness first.
-    fn dispatch<B>(&mut self, request: http::Request<B>) -> ServiceFuture
+    /// The call of `request` on the service its path names, on a clone
+    /// of that service alone (an `Arc` and a few settings). Every service
+    /// here is always ready (the generated servers and the health service
+    /// have no back-pressure of their own), so none is polled for
+    /// readiness first.
+    fn dispatch<B>(&self, request: http::Request<B>) -> ServiceFuture
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<tonic::codegen::StdError> + Send + 'static,
     {
         let service = request.uri().path().get(1..).and_then(|path| path.split('/').next());
         match service.unwrap_or_default() {
-            "etcdserverpb.KV" => self.kv.call(request),
-            "etcdserverpb.Lease" => self.lease.call(request),
-            "etcdserverpb.Watch" => self.watch.call(request),
-            "etcdserverpb.Cluster" => self.cluster.call(request),
-            "etcdserverpb.Maintenance" => self.maintenance.call(request),
-            "etcdserverpb.Auth" => self.auth.call(request),
-            "v3lockpb.Lock" => self.lock.call(request),
-            "v3electionpb.Election" => self.election.call(request),
-            "grpc.health.v1.Health" => self.health.call(request.map(tonic::body::Body::new)),
+            "etcdserverpb.KV" => self.kv.clone().call(request),
+            "etcdserverpb.Lease" => self.lease.clone().call(request),
+            "etcdserverpb.Watch" => self.watch.clone().call(request),
+            "etcdserverpb.Cluster" => self.cluster.clone().call(request),
+            "etcdserverpb.Maintenance" => self.maintenance.clone().call(request),
+            "etcdserverpb.Auth" => self.auth.clone().call(request),
+            "v3lockpb.Lock" => self.lock.clone().call(request),
+            "v3electionpb.Election" => self.election.clone().call(request),
+            "grpc.health.v1.Health" => self.health.clone().call(request.map(tonic::body::Body::new)),
             _ => Box::pin(std::future::ready(Ok(tonic::Status::unimplemented("").into_http()))),
         }
     }
-}
 
-impl<B> Service<http::Request<B>> for GrpcServices
-where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+    /// Serves one call: what a connection calls for each gRPC request
+    /// (`server/client_port.rs`), by reference, so that nothing but the
+    /// called service is cloned per call.
+    pub fn serve<B>(&self, mut request: http::Request<B>) -> CallFuture
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+    {
         let counting = counters::start(request.uri().path());
         if let Some(refused) = learner::refusal(&self.member, request.uri().path()) {
             let answer = counters::end(counting, refused.into_http::<tonic::body::Body>());
@@ -148,5 +142,27 @@ where
             timing.end(&mut response);
             Ok(counters::end(counting, response))
         })
+    }
+}
+
+/// One call's answer, as the client port sends it.
+pub type CallFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+/// The gateway calls the services as a tower service.
+impl<B> Service<http::Request<B>> for GrpcServices
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = CallFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        self.serve(request)
     }
 }

@@ -25,9 +25,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -39,11 +36,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
-use tower::{Service, ServiceExt};
+use tower::ServiceExt;
 
 use crate::api::gateway::ConnectionStreams;
-use crate::api::grpc::GrpcServices;
+use crate::api::grpc::{CallFuture, GrpcServices};
 use crate::api::request_stats::Remote;
 use crate::config::Config;
 use crate::server::listener::BoundedListener;
@@ -141,7 +137,7 @@ pub async fn serve(
         };
         let service = port.connection(traffic, connection.identity().clone(), remote);
         let connection = PingPoliced::new(connection, transport.keepalive_min_time);
-        let served = builder.serve_connection(TokioIo::new(connection), TowerToHyperService::new(service));
+        let served = builder.serve_connection(TokioIo::new(connection), service);
         let served = graceful.watch(served.into_owned());
         tokio::spawn(async move {
             if let Err(error) = served.await {
@@ -201,18 +197,16 @@ pub struct ClientConnection {
     streams: ConnectionStreams,
 }
 
+/// hyper's service, called by reference for each request: nothing of the
+/// connection is cloned per request (a tower service would be, whole).
 /// Each request goes on with hyper's own body: a gRPC call's straight to
 /// its service, an HTTP request's boxed for the router.
-impl Service<Request<Incoming>> for ClientConnection {
+impl hyper::service::Service<Request<Incoming>> for ClientConnection {
     type Response = Response;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+    type Future = CallFuture;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         let extensions = request.extensions_mut();
         extensions.insert(ConnectInfo(self.identity.clone()));
         extensions.insert(self.remote);
@@ -223,7 +217,7 @@ impl Service<Request<Incoming>> for ClientConnection {
             Traffic::Http => false,
         };
         if grpc {
-            return self.port.grpc.call(request);
+            return self.port.grpc.serve(request);
         }
         // The HTTP/2 server leaves `Date` out on ports that serve gRPC;
         // HTTP/1's adds its own as it writes the answer.
