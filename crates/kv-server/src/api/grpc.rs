@@ -1,8 +1,8 @@
 //! The client port's gRPC side (`server/client_port.rs` hands it every
 //! gRPC call, and the gateway its calls in process): the call's path picks
-//! one of etcd's services, and around the service run, in the order of
-//! etcd's interceptors, the call counters (`metrics::grpc`), the learner
-//! gate ([`learner`]) and the slow-call log ([`request_stats`]).
+//! one of etcd's services, and around the service run, outermost first,
+//! the call counters (`metrics::grpc`), the learner gate ([`learner`])
+//! and the slow-call log ([`SlowLog`]).
 //!
 //! It is one service written out, not a router with middleware layers.
 //! A router clones itself and boxes a future for each layer on every
@@ -12,7 +12,7 @@
 //! and timing around it.
 //!
 //! A path that names no service here is answered Unimplemented with no
-//! message, as tonic's router answers it.
+//! message and no body, as grpc-go answers it.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -98,7 +98,8 @@ impl GrpcServices {
     }
 
     /// The call of `request` on the service its path names, on a clone
-    /// of that service alone (an `Arc` and a few settings). Every service
+    /// of that service alone (a generated server's is an `Arc` and a few
+    /// settings; the health service's is boxed). Every service
     /// here is always ready (the generated servers and the health service
     /// have no back-pressure of their own), so none is polled for
     /// readiness first.

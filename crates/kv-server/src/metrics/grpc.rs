@@ -233,7 +233,7 @@ impl Default for GrpcMetrics {
     }
 }
 
-/// A call whose start is counted; [`Counting::end`] counts its end.
+/// A call whose start is counted; [`end`] counts its end.
 pub struct Counting {
     counters: &'static MethodCounters,
     /// When the call started, if its handling time is observed.

@@ -197,8 +197,10 @@ pub struct ClientConnection {
     streams: ConnectionStreams,
 }
 
-/// hyper's service, called by reference for each request: nothing of the
-/// connection is cloned per request (a tower service would be, whole).
+/// hyper's service, called by reference for each request: the
+/// connection's service is not cloned per request (a tower service would
+/// be, whole), only what each request carries (its identity, and the
+/// router for plain HTTP).
 /// Each request goes on with hyper's own body: a gRPC call's straight to
 /// its service, an HTTP request's boxed for the router.
 impl hyper::service::Service<Request<Incoming>> for ClientConnection {

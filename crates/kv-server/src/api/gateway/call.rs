@@ -11,7 +11,6 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Version};
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
 use tonic::Status;
-use tower::ServiceExt;
 
 use crate::api::grpc::GrpcServices;
 
@@ -46,11 +45,7 @@ pub async fn start(grpc: &GrpcServices, path: &str, metadata: HeaderMap, request
         .body(requests)
         .expect("a valid request");
     *request.headers_mut() = metadata;
-    let response = grpc
-        .clone()
-        .oneshot(request)
-        .await
-        .unwrap_or_else(|never| match never {});
+    let Ok(response) = grpc.serve(request).await;
     let (parts, body) = response.into_parts();
     if let Some(status) = Status::from_header_map(&parts.headers) {
         if status.code() != tonic::Code::Ok {
