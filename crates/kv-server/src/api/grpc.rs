@@ -18,7 +18,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::http;
@@ -124,8 +123,9 @@ impl GrpcServices {
     }
 
     /// Serves one call: what a connection calls for each gRPC request
-    /// (`server/client_port.rs`), by reference, so that nothing but the
-    /// called service is cloned per call.
+    /// (`server/client_port.rs`), and the gateway for each of its calls,
+    /// by reference, so that nothing but the called service is cloned
+    /// per call.
     pub fn serve<B>(&self, mut request: http::Request<B>) -> CallFuture
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -148,22 +148,3 @@ impl GrpcServices {
 
 /// One call's answer, as the client port sends it.
 pub type CallFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
-/// The gateway calls the services as a tower service.
-impl<B> Service<http::Request<B>> for GrpcServices
-where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = CallFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        self.serve(request)
-    }
-}

@@ -201,6 +201,7 @@ pub struct ClientConnection {
 /// connection's service is not cloned per request (a tower service would
 /// be, whole), only what each request carries (its identity, and the
 /// router for plain HTTP).
+///
 /// Each request goes on with hyper's own body: a gRPC call's straight to
 /// its service, an HTTP request's boxed for the router.
 impl hyper::service::Service<Request<Incoming>> for ClientConnection {
@@ -223,7 +224,7 @@ impl hyper::service::Service<Request<Incoming>> for ClientConnection {
         }
         // The HTTP/2 server leaves `Date` out on ports that serve gRPC;
         // HTTP/1's adds its own as it writes the answer.
-        let dateless = self.traffic != Traffic::Http && request.version() == axum::http::Version::HTTP_2;
+        let dateless = self.traffic != Traffic::Http && request.version() == Version::HTTP_2;
         let answer = self.port.http.clone().oneshot(request.map(axum::body::Body::new));
         if dateless {
             return Box::pin(with_date(answer));
