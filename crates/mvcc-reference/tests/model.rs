@@ -91,6 +91,7 @@ fn range_request() -> impl Strategy<Value = RangeRequest> {
                     max_mod_revision: filters[1],
                     min_create_revision: filters[2],
                     max_create_revision: filters[3],
+                    uncounted: false,
                 }
             },
         )

@@ -23,7 +23,8 @@
 //! `count` is walked from the index unless it is known: at the newest
 //! revision, from the counts the writes keep current (live_count.rs); at
 //! an older one, from a nearby start's count (count_cache.rs). A
-//! count-only range with a known count walks nothing.
+//! count-only range with a known count walks nothing. An `uncounted`
+//! range (a RangeStream's window) counts nothing and answers 0.
 
 use std::cmp::Ordering;
 
@@ -175,7 +176,11 @@ struct Counting<'a> {
 }
 
 impl Counting<'_> {
+    /// The count, when it is known (0 for an `uncounted` range).
     fn known(&self, request: &RangeRequest, index: &TreeIndex, end: RangeEnd<'_>, at: i64) -> Option<i64> {
+        if request.uncounted {
+            return Some(0);
+        }
         let live = self.newest.then(|| index.live_count(&request.key, end)).flatten();
         live.or_else(|| {
             self.cache
@@ -194,6 +199,9 @@ impl Counting<'_> {
         count: i64,
         walked: bool,
     ) {
+        if request.uncounted {
+            return;
+        }
         if let Some(counts) = self.cache {
             counts.record(&request.key, &request.range_end, at, count);
         }

@@ -271,6 +271,40 @@ fn count_and_more_under_a_limit() {
     assert!(keys_only.kvs[0].value.is_empty());
 }
 
+// Goal: an uncounted range (a RangeStream's window) answers the same
+// key-values and `more` as a counted one, with count 0, at the newest
+// revision and at an older one.
+#[test]
+fn an_uncounted_range_answers_all_but_the_count() {
+    let mut h = Harness::new();
+    for i in 0..10 {
+        h.ok(put(&format!("k{i}"), "v"));
+    }
+    for (revision, limit) in [(0, 3), (0, 10), (0, 0), (6, 2), (6, 5), (6, 0)] {
+        let counted = RangeRequest {
+            key: b"k".to_vec(),
+            range_end: b"l".to_vec(),
+            limit,
+            revision,
+            ..RangeRequest::default()
+        };
+        let uncounted = h
+            .range(RangeRequest {
+                uncounted: true,
+                ..counted.clone()
+            })
+            .unwrap();
+        let counted = h.range(counted).unwrap();
+        assert_ne!(counted.count, 0);
+        assert_eq!(uncounted.count, 0, "revision {revision}, limit {limit}");
+        assert_eq!(
+            (uncounted.kvs, uncounted.more, uncounted.revision),
+            (counted.kvs, counted.more, counted.revision),
+            "revision {revision}, limit {limit}"
+        );
+    }
+}
+
 // Goal: the compacted and future revision errors, with etcd's codes and
 // messages, for ranges and for compaction itself; compaction keeps every
 // answer at or above the compact revision.

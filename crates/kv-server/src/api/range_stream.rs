@@ -18,10 +18,15 @@
 //!
 //! Chunks start at [`FIRST_CHUNK_KEYS`] keys and double while their
 //! encoding stays under half of `--max-request-bytes`, halving above
-//! twice it, as etcd sizes them. Each chunk is a separate read of the
-//! store, so its lock is held for one chunk, and at most
-//! [`CHUNKS_AHEAD`] chunks wait for a slow client.
+//! twice it, as etcd sizes them. The store is read a window of several
+//! chunks at a time ([`WINDOW_CHUNKS`], at most [`WINDOW_BYTES_MAX`]),
+//! each window a separate read, so its lock is held for one window; the
+//! window is cut into chunks, and at most [`CHUNKS_AHEAD`] chunks wait
+//! for a slow client. Windows are read uncounted; the last chunk's
+//! `count` is the keys sent, or, when the limit cut the stream short,
+//! one count-only read at the stream's revision.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -37,6 +42,7 @@ use crate::auth::Caller;
 use crate::member::core::Member;
 use crate::proto::convert;
 use crate::proto::etcdserverpb as pb;
+use crate::proto::mvccpb;
 
 /// Keys in the first chunk: etcd's `initialStreamChunkLimit`, so a small
 /// range is answered in one chunk as quickly as by Range.
@@ -147,48 +153,173 @@ async fn send_whole(member: &Member, request: &pb::RangeRequest, out: &Out) -> R
     }
 }
 
-/// Reads the range chunk by chunk at one revision, each chunk after the
-/// last key of the one before. Ok(false) when the client went away.
-async fn send_chunks(member: &Member, request: &pb::RangeRequest, out: &Out) -> Result<bool, Status> {
+/// One window of a stream: its key-values in key order, whether keys
+/// follow it in the stream, and the read after it.
+struct Window {
+    kvs: Vec<mvccpb::KeyValue>,
+    /// The range has keys past this window (the store's `more`).
+    more: bool,
+    /// The stream ends with this window: no `more`, or the limit reached.
+    last: bool,
+}
+
+/// Reads the range window by window at one revision, each window after
+/// the last key of the one before, and sends it cut into chunks. Ok(false)
+/// when the client went away.
+///
+/// A window is one sorted pass over the stored blocks (as Range reads),
+/// so it is several chunks ([`WINDOW_CHUNKS`]) rather than one: the
+/// revisions of a key range are spread over the whole store, and each
+/// pass pays for a walk of the blocks between them whatever the number
+/// of keys it finds. The first window is the first chunk alone, read
+/// here, so a small range is answered as quickly as by Range; the next
+/// window is read on a blocking thread while this one's chunks are sent.
+async fn send_chunks(member: &Arc<Member>, request: &pb::RangeRequest, out: &Out) -> Result<bool, Status> {
     let total_limit = if request.limit == 0 { i64::MAX } else { request.limit };
     let mut read = convert::range_request(request.clone());
     read.limit = FIRST_CHUNK_KEYS.min(total_limit);
-    let mut streamed: i64 = 0;
-    let mut header_revision = 0;
+    read.uncounted = true;
+    let first = member.read_range(&read)?;
+    let header_revision = first.revision;
+    if read.revision == 0 {
+        read.revision = header_revision;
+    }
+    // Keys read by the windows so far.
+    let mut read_keys: i64 = 0;
+    let mut window = window_of(first, &mut read, &mut read_keys, total_limit);
+    let mut cutter = Cutter::new(member.config().max_request_bytes);
     loop {
-        let part = member.read_range(&read)?;
-        if header_revision == 0 {
-            header_revision = part.revision;
-            if read.revision == 0 {
-                read.revision = header_revision;
+        let next = (!window.last).then(|| {
+            read.limit = next_window_keys(&window.kvs, cutter.chunk_keys, cutter.target).min(total_limit - read_keys);
+            let (member, read) = (member.clone(), read.clone());
+            tokio::task::spawn_blocking(move || member.read_range(&read))
+        });
+        cutter.push(window.kvs);
+        while let Some(part) = cutter.next_chunk(!window.last) {
+            if out.send(chunk(part)).await.is_err() {
+                return Ok(false);
             }
         }
-        let keys = part.kvs.len() as i64;
-        let done = !part.more || streamed + keys == total_limit;
-        let next_key = part.kvs.last().map(|kv| {
-            let mut key = kv.key.clone();
-            key.push(0);
-            key
-        });
-        // `count` is every key from this chunk's start on.
-        let (more, count) = (part.more, streamed + part.count);
-        let mut response = convert::range_response(part, None);
-        if done {
-            response.header = member.header(header_revision);
-            response.more = more;
-            response.count = count;
+        let Some(next) = next else {
+            // Without `more`, the stream read every key of the range.
+            let count = if window.more {
+                count_range(member, request, read.revision)?
+            } else {
+                read_keys
+            };
+            let response = pb::RangeResponse {
+                header: member.header(header_revision),
+                kvs: cutter.rest(),
+                more: window.more,
+                count,
+            };
             return Ok(out.send(chunk(response)).await.is_ok());
-        }
-        response.more = false;
-        response.count = 0;
-        let size = response.encoded_len();
-        if out.send(chunk(response)).await.is_err() {
-            return Ok(false);
-        }
-        streamed += keys;
-        read.key = next_key.expect("a chunk with more after it has keys");
-        read.limit = next_chunk_keys(read.limit, size, member.config().max_request_bytes).min(total_limit - streamed);
+        };
+        let read_window = next
+            .await
+            .map_err(|error| Status::internal(format!("reading a stream's window: {error}")))??;
+        window = window_of(read_window, &mut read, &mut read_keys, total_limit);
     }
+}
+
+/// A window read from the store, and `read` moved past it.
+fn window_of(
+    window: mvcc::RangeResponse,
+    read: &mut mvcc::RangeRequest,
+    read_keys: &mut i64,
+    total_limit: i64,
+) -> Window {
+    *read_keys += window.kvs.len() as i64;
+    let last = !window.more || *read_keys == total_limit;
+    if let Some(kv) = window.kvs.last() {
+        read.key.clone_from(&kv.key);
+        read.key.push(0);
+    }
+    Window {
+        more: window.more,
+        last,
+        kvs: window.kvs.into_iter().map(convert::key_value).collect(),
+    }
+}
+
+/// Key-values read and not yet sent, cut into chunks as etcd sizes them:
+/// [`FIRST_CHUNK_KEYS`], then as [`next_chunk_keys`] adjusts toward the
+/// target (`--max-request-bytes`).
+struct Cutter {
+    pending: VecDeque<mvccpb::KeyValue>,
+    chunk_keys: usize,
+    target: usize,
+}
+
+impl Cutter {
+    fn new(target: usize) -> Cutter {
+        Cutter {
+            pending: VecDeque::new(),
+            chunk_keys: FIRST_CHUNK_KEYS as usize,
+            target,
+        }
+    }
+
+    fn push(&mut self, kvs: Vec<mvccpb::KeyValue>) {
+        self.pending.extend(kvs);
+    }
+
+    /// The next chunk before the last: while more than a chunk is
+    /// pending, or a whole chunk when more windows follow (so the last
+    /// chunk, which carries the header, is never empty of what it could
+    /// hold).
+    fn next_chunk(&mut self, more_windows: bool) -> Option<pb::RangeResponse> {
+        let pending = self.pending.len();
+        if pending < self.chunk_keys || (pending == self.chunk_keys && !more_windows) {
+            return None;
+        }
+        let part = pb::RangeResponse {
+            kvs: self.pending.drain(..self.chunk_keys).collect(),
+            ..pb::RangeResponse::default()
+        };
+        self.chunk_keys = next_chunk_keys(self.chunk_keys as i64, part.encoded_len(), self.target) as usize;
+        Some(part)
+    }
+
+    /// The last chunk's key-values.
+    fn rest(self) -> Vec<mvccpb::KeyValue> {
+        self.pending.into()
+    }
+}
+
+/// Every key of the request's range at `revision`, as the last chunk of
+/// a stream its limit cut short has it: one count-only read, as etcd 3.7
+/// counts once after its chunks (which it reads uncounted).
+fn count_range(member: &Member, request: &pb::RangeRequest, revision: i64) -> Result<i64, Status> {
+    let count = mvcc::RangeRequest {
+        key: request.key.clone(),
+        range_end: request.range_end.clone(),
+        revision,
+        count_only: true,
+        ..mvcc::RangeRequest::default()
+    };
+    Ok(member.read_range(&count)?.count)
+}
+
+/// Chunks' worth of bytes a window reads: enough that its pass over the
+/// stored blocks finds many of its keys in each block it walks.
+pub const WINDOW_CHUNKS: usize = 8;
+
+/// The most bytes of key-values a window reads, whatever the chunk
+/// target. Two windows are held at once (one sent, one read), so a
+/// stream's memory stays half the 64 MiB a member may grow by while
+/// serving one, even under a large `--max-request-bytes`.
+pub const WINDOW_BYTES_MAX: usize = 16 << 20;
+
+/// The next window's keys: [`WINDOW_CHUNKS`] chunk targets of bytes (at
+/// most [`WINDOW_BYTES_MAX`]) at the size of `kvs`' keys, and at least
+/// the next chunk.
+fn next_window_keys(kvs: &[mvccpb::KeyValue], chunk_keys: usize, target: usize) -> i64 {
+    // A key-value's encoding in a chunk: its own, a tag and a length.
+    let bytes: usize = kvs.iter().map(|kv| kv.encoded_len() + 2).sum();
+    let per_key = bytes.checked_div(kvs.len()).unwrap_or(1).max(1);
+    let window = target.saturating_mul(WINDOW_CHUNKS).min(WINDOW_BYTES_MAX);
+    (window / per_key).max(chunk_keys) as i64
 }
 
 /// etcd's `adjustChunkLimit`: double while a chunk's encoding is under
@@ -213,6 +344,80 @@ mod tests {
         assert_eq!(next_chunk_keys(10, 700, 1000), 10);
         assert_eq!(next_chunk_keys(10, 2500, 1000), 5);
         assert_eq!(next_chunk_keys(1, 2500, 1000), 1);
+    }
+
+    fn kv(n: usize) -> mvccpb::KeyValue {
+        mvccpb::KeyValue {
+            key: format!("k{n:06}").into_bytes(),
+            value: vec![b'v'; 100],
+            ..mvccpb::KeyValue::default()
+        }
+    }
+
+    /// Cuts windows of these sizes (the last one ends the stream) and
+    /// returns each chunk's keys, the last chunk's after the others.
+    fn cut(windows: &[usize], target: usize) -> Vec<Vec<mvccpb::KeyValue>> {
+        let mut cutter = Cutter::new(target);
+        let (mut chunks, mut n) = (Vec::new(), 0);
+        for (i, &size) in windows.iter().enumerate() {
+            let more_windows = i + 1 < windows.len();
+            cutter.push((n..n + size).map(kv).collect());
+            n += size;
+            while let Some(part) = cutter.next_chunk(more_windows) {
+                chunks.push(part.kvs);
+            }
+        }
+        chunks.push(cutter.rest());
+        chunks
+    }
+
+    // Goal: however the windows fall, the chunks carry every key once, in
+    // order; no chunk but a lone last one is empty; chunks are sized as
+    // etcd sizes them, whatever the window boundaries.
+    #[test]
+    fn windows_are_cut_into_etcds_chunks() {
+        let one_window = cut(&[1000], 4000);
+        for windows in [
+            vec![1000],
+            vec![10, 990],
+            vec![10, 7, 500, 1, 482],
+            vec![10, 20, 40, 930],
+        ] {
+            let chunks = cut(&windows, 4000);
+            let keys: Vec<_> = chunks.iter().flatten().cloned().collect();
+            assert_eq!(keys, (0..1000).map(kv).collect::<Vec<_>>(), "windows {windows:?}");
+            assert!(chunks.iter().all(|chunk| !chunk.is_empty()), "windows {windows:?}");
+            let sizes: Vec<_> = chunks.iter().map(Vec::len).collect();
+            let expected: Vec<_> = one_window.iter().map(Vec::len).collect();
+            assert_eq!(sizes, expected, "windows {windows:?}");
+        }
+        // ~113-byte key-values against a 4000-byte target: 10 (1.1 KB,
+        // under half the target, so doubled), then 20 (2.3 KB, kept).
+        assert_eq!(
+            one_window.iter().map(Vec::len).take(4).collect::<Vec<_>>(),
+            [10, 20, 20, 20]
+        );
+        assert_eq!(
+            cut(&[0], 4000),
+            vec![Vec::new()],
+            "an empty range is one empty last chunk"
+        );
+        assert_eq!(cut(&[10, 0], 4000).iter().map(Vec::len).collect::<Vec<_>>(), [10, 0]);
+    }
+
+    // Goal: a window holds several chunks' bytes, at most the bound, and
+    // never less than the next chunk.
+    #[test]
+    fn windows_hold_several_chunks() {
+        let kvs: Vec<_> = (0..10).map(kv).collect();
+        let per_key = kvs[0].encoded_len() + 2;
+        assert_eq!(
+            next_window_keys(&kvs, 10, 4000),
+            (4000 * WINDOW_CHUNKS / per_key) as i64
+        );
+        assert_eq!(next_window_keys(&kvs, 10, 1 << 30), (WINDOW_BYTES_MAX / per_key) as i64);
+        assert_eq!(next_window_keys(&kvs, 1000, 100), 1000);
+        assert_eq!(next_window_keys(&[], 10, 4000), (4000 * WINDOW_CHUNKS) as i64);
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub fn range_request(request: pb::RangeRequest) -> mvcc::RangeRequest {
         max_mod_revision: request.max_mod_revision,
         min_create_revision: request.min_create_revision,
         max_create_revision: request.max_create_revision,
+        uncounted: false,
     }
 }
 

@@ -14,10 +14,12 @@
 //	    list (pages of 500 after the last key, at the first page's
 //	    revision, as kube-apiserver lists), keys (keys-only), count
 //	    (count-only) or stream (RangeStream, chunks counted and dropped).
-//	    Prints "MODE seconds=S keys=K pages=P" and checks count and more.
+//	    Prints "MODE seconds=S keys=K pages=P" and checks count and more
+//	    (and, for a stream, that every key comes once, in order).
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -357,10 +359,14 @@ func timed(endpoint, mode string) int {
 		var last *mvccpb.KeyValue
 		for chunk := range ch {
 			check(chunk.Err() == nil, "%v", chunk.Err())
-			keys += int64(len(chunk.Kvs))
-			if len(chunk.Kvs) > 0 {
-				last = chunk.Kvs[len(chunk.Kvs)-1]
+			// Every key once, in order, across the chunks.
+			for _, kv := range chunk.Kvs {
+				if last != nil {
+					check(bytes.Compare(last.Key, kv.Key) < 0, "key %q after %q", kv.Key, last.Key)
+				}
+				last = kv
 			}
+			keys += int64(len(chunk.Kvs))
 			pages++
 			if chunk.Header != nil {
 				check(chunk.Count == keys, "count %d, streamed %d", chunk.Count, keys)
