@@ -41,7 +41,15 @@ func main() {
 	if len(os.Args) == 4 && os.Args[1] == "time" {
 		os.Exit(timed(os.Args[2], os.Args[3]))
 	}
-	fmt.Fprintln(os.Stderr, "usage: ranges compare ETCD KV | ranges time ENDPOINT MODE")
+	if len(os.Args) == 3 && os.Args[1] == "fill" {
+		cli := dial(os.Args[2], "", "")
+		fmt.Printf("filled to revision %d\n", fillForInterrupt(cli))
+		os.Exit(0)
+	}
+	if len(os.Args) == 4 && os.Args[1] == "interrupt" {
+		os.Exit(interrupt(os.Args[2], os.Args[3]))
+	}
+	fmt.Fprintln(os.Stderr, "usage: ranges compare ETCD KV | ranges time ENDPOINT MODE | ranges fill ENDPOINT | ranges interrupt ETCD KV")
 	os.Exit(2)
 }
 
@@ -378,4 +386,120 @@ func timed(endpoint, mode string) int {
 	}
 	fmt.Printf("%s seconds=%.3f keys=%d pages=%d\n", mode, time.Since(start).Seconds(), keys, pages)
 	return 0
+}
+
+// Streams interrupted midway: keys written first, values of a KiB, so
+// that a stream of them is far more than the chunks and windows a
+// server reads ahead of a client.
+const (
+	interruptKeys     = 80000
+	interruptValue    = 1024
+	putsPerTxn        = 100
+	cancelledStreams  = 20
+	chunksBeforeBreak = 2
+)
+
+// interrupt runs, on each server (filled first by `ranges fill`),
+// RangeStreams the client cancels after
+// a few chunks, then one a physical compaction past its revision
+// overtakes after its first chunk. It prints one line per server and
+// exits 1 unless both end the same way: every cancelled stream gone
+// with the server still counting every key, and the overtaken stream
+// ended by the same error.
+func interrupt(etcdEndpoint, kvEndpoint string) int {
+	lines := map[string]string{}
+	for _, server := range []struct{ name, endpoint string }{{"etcd", etcdEndpoint}, {"kv-server", kvEndpoint}} {
+		cli := dial(server.endpoint, "", "")
+		lines[server.name] = fmt.Sprintf("%s; %s", cancelMidway(cli), compactMidway(cli))
+		cli.Close()
+		fmt.Printf("%s: %s\n", server.name, lines[server.name])
+	}
+	if lines["etcd"] != lines["kv-server"] {
+		fmt.Println("MISMATCH interrupted streams")
+		return 1
+	}
+	fmt.Println("interrupted streams end alike")
+	return 0
+}
+
+// fillForInterrupt writes the keys in txns and returns the revision
+// after them.
+func fillForInterrupt(cli *clientv3.Client) int64 {
+	value := strings.Repeat("v", interruptValue)
+	var revision int64
+	for start := 0; start < interruptKeys; start += putsPerTxn {
+		ops := make([]clientv3.Op, 0, putsPerTxn)
+		for i := start; i < start+putsPerTxn; i++ {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("s%06d", i), value))
+		}
+		resp, err := cli.Txn(ctx()).Then(ops...).Commit()
+		if err != nil {
+			fail("fill: %v", err)
+		}
+		revision = resp.Header.Revision
+	}
+	return revision
+}
+
+// cancelMidway cancels streams after their first chunks, then counts.
+func cancelMidway(cli *clientv3.Client) string {
+	for i := 0; i < cancelledStreams; i++ {
+		c, cancel := context.WithCancel(ctx())
+		ch, err := cli.GetStream(c, "s", clientv3.WithPrefix())
+		if err != nil {
+			fail("stream %d: %v", i, err)
+		}
+		for n := 0; n < chunksBeforeBreak; n++ {
+			chunk, ok := <-ch
+			if !ok || chunk.Err() != nil || len(chunk.Kvs) == 0 {
+				fail("stream %d, chunk %d: open %v, %v", i, n, ok, chunk.Err())
+			}
+		}
+		cancel()
+		// The client's reader closes the channel once the stream ends.
+		for range ch {
+		}
+	}
+	resp, err := cli.Get(ctx(), "s", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		fail("count after cancels: %v", err)
+	}
+	return fmt.Sprintf("%d streams cancelled, then count %d", cancelledStreams, resp.Count)
+}
+
+// compactMidway reads a stream at the current revision, compacts past
+// it after the first chunk, and reads on: what the stream ends with.
+func compactMidway(cli *clientv3.Client) string {
+	now, err := cli.Get(ctx(), "s", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		fail("revision: %v", err)
+	}
+	revision := now.Header.Revision
+	ch, err := cli.GetStream(ctx(), "s", clientv3.WithPrefix(), clientv3.WithRev(revision))
+	if err != nil {
+		fail("overtaken stream: %v", err)
+	}
+	first, ok := <-ch
+	if !ok || first.Err() != nil {
+		fail("overtaken stream's first chunk: open %v, %v", ok, first.Err())
+	}
+	put, err := cli.Put(ctx(), "t", "past the stream")
+	if err != nil {
+		fail("put: %v", err)
+	}
+	if _, err := cli.Compact(ctx(), put.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		fail("compact: %v", err)
+	}
+	keys, end := int64(len(first.Kvs)), "no error"
+	for chunk := range ch {
+		if chunk.Err() != nil {
+			end = errorText(chunk.Err())
+			break
+		}
+		keys += int64(len(chunk.Kvs))
+	}
+	if end == "no error" && keys != interruptKeys {
+		end = fmt.Sprintf("no error after %d of %d keys", keys, interruptKeys)
+	}
+	return "overtaken stream ended with " + end
 }
