@@ -17,10 +17,12 @@
 //! over more than one chunk: it sorts each chunk) is compared with etcd's
 //! Range answer instead.
 //!
-//! Interrupted streams, on both servers: streams the client cancels after
-//! two chunks, then a stream a physical compaction past its revision
-//! overtakes after its first chunk (80,000 keys of a KiB, far more than
-//! either server reads ahead). Both must end alike (the server counting
+//! Big and interrupted streams, on both servers, over 80,000 keys of a
+//! KiB (far more than either server reads ahead): whole and limited
+//! streams, each equal to Range (many chunks, and many of kv-server's
+//! windows); streams the client cancels after two chunks; then a stream
+//! a physical compaction past its revision overtakes after its first
+//! chunk. Both must end alike (the server counting
 //! every key after the cancels, the overtaken stream ended by the same
 //! error), and kv-server's RSS must peak no higher above where the
 //! streams found it than a stream may hold ([`STREAM_GROWTH_MAX`]).
@@ -77,6 +79,9 @@ fn interrupted_streams_end_as_etcd_3_7s_within_their_memory() {
     for endpoint in &endpoints {
         let filled = common::run_within(&program, &["fill", endpoint], RUN_WITHIN);
         assert!(filled.status.success(), "{}", common::text(&filled));
+        let checked = common::run_within(&program, &["streams", endpoint], RUN_WITHIN);
+        assert!(checked.status.success(), "{endpoint}: {}", common::text(&checked));
+        assert_eq!(common::text(&checked).trim(), "3 streams equal their ranges");
     }
     // The peak from here on: the kernel's high-water mark, reset.
     let pid = kv_server.members[0].pid().expect("kv-server runs");

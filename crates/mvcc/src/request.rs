@@ -42,8 +42,9 @@ pub struct RangeRequest {
     pub min_create_revision: i64,
     pub max_create_revision: i64,
     /// The answer's `count` is not wanted (etcd 3.7's chunks of a
-    /// RangeStream): it comes back 0, and the index walk stops at the
-    /// limit instead of counting to the end of the range.
+    /// RangeStream): it comes back 0, and the index walk of a range with
+    /// no sort order and no filter stops at the limit instead of counting
+    /// to the end of the range.
     pub uncounted: bool,
 }
 

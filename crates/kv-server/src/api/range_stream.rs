@@ -19,12 +19,19 @@
 //! Chunks start at [`FIRST_CHUNK_KEYS`] keys and double while their
 //! encoding stays under half of `--max-request-bytes`, halving above
 //! twice it, as etcd sizes them. The store is read a window of several
-//! chunks at a time ([`WINDOW_CHUNKS`], at most [`WINDOW_BYTES_MAX`]),
-//! each window a separate read, so its lock is held for one window; the
-//! window is cut into chunks, and at most [`CHUNKS_AHEAD`] chunks wait
-//! for a slow client. Windows are read uncounted; the last chunk's
-//! `count` is the keys sent, or, when the limit cut the stream short,
-//! one count-only read at the stream's revision.
+//! chunks at a time (see [`next_window_keys`]), each window a separate
+//! read, so the store's lock is held for one window, as long as a Range
+//! of its size holds it. The window is cut into chunks, and at most
+//! [`CHUNKS_AHEAD`] chunks wait for a slow client, beside the window
+//! being sent and the one read after it. Windows are read uncounted; the
+//! last chunk's `count` is the keys sent, or, when the limit cut the
+//! stream short, one count-only read at the stream's revision.
+//!
+//! Memory: a window is sized, as etcd sizes a chunk, from the keys before
+//! it, so a stream holds about two windows and two chunks (some 30 MiB at
+//! the default `--max-request-bytes`). Like etcd's chunks, a window holds
+//! more when its values are much larger than those before it, at most
+//! [`WINDOW_CHUNKS`] of etcd's chunks.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -48,9 +55,9 @@ use crate::proto::mvccpb;
 /// range is answered in one chunk as quickly as by Range.
 pub const FIRST_CHUNK_KEYS: i64 = 10;
 
-/// Chunks read ahead of what the client has taken: one being sent, one
+/// Chunks cut ahead of what the client has taken: one being sent, one
 /// ready. With chunks near `--max-request-bytes` (1.5 MiB by default)
-/// this bounds a stream's memory to a few MiB however big its range.
+/// they are a few MiB of a stream's memory, the windows the rest.
 pub const CHUNKS_AHEAD: usize = 2;
 
 pub type RangeStream = Pin<Box<dyn Stream<Item = Result<pb::RangeStreamResponse, Status>> + Send>>;
@@ -153,8 +160,8 @@ async fn send_whole(member: &Member, request: &pb::RangeRequest, out: &Out) -> R
     }
 }
 
-/// One window of a stream: its key-values in key order, whether keys
-/// follow it in the stream, and the read after it.
+/// One window of a stream: its key-values in key order, and whether
+/// keys follow it.
 struct Window {
     kvs: Vec<mvccpb::KeyValue>,
     /// The range has keys past this window (the store's `more`).
@@ -179,9 +186,12 @@ async fn send_chunks(member: &Arc<Member>, request: &pb::RangeRequest, out: &Out
     let mut read = convert::range_request(request.clone());
     read.limit = FIRST_CHUNK_KEYS.min(total_limit);
     read.uncounted = true;
+    // Ascending by key is the order windows come in; asked for, it would
+    // make each window load the rest of the range to sort it.
+    read.sort_order = mvcc::SortOrder::None;
     let first = member.read_range(&read)?;
     let header_revision = first.revision;
-    if read.revision == 0 {
+    if read.revision <= 0 {
         read.revision = header_revision;
     }
     // Keys read by the windows so far.
@@ -301,25 +311,30 @@ fn count_range(member: &Member, request: &pb::RangeRequest, revision: i64) -> Re
     Ok(member.read_range(&count)?.count)
 }
 
-/// Chunks' worth of bytes a window reads: enough that its pass over the
-/// stored blocks finds many of its keys in each block it walks.
+/// Chunks a window reads at most, in keys and in bytes: enough that its
+/// pass over the stored blocks finds many of its keys in each block it
+/// walks.
 pub const WINDOW_CHUNKS: usize = 8;
 
-/// The most bytes of key-values a window reads, whatever the chunk
-/// target. Two windows are held at once (one sent, one read), so a
-/// stream's memory stays half the 64 MiB a member may grow by while
-/// serving one, even under a large `--max-request-bytes`.
+/// The most bytes of key-values a window is sized for, whatever the chunk
+/// target: two windows are held at once (one sent, one read), so a
+/// stream's memory stays under half the 64 MiB a member may grow by
+/// while serving one, even under a large `--max-request-bytes`.
 pub const WINDOW_BYTES_MAX: usize = 16 << 20;
 
-/// The next window's keys: [`WINDOW_CHUNKS`] chunk targets of bytes (at
-/// most [`WINDOW_BYTES_MAX`]) at the size of `kvs`' keys, and at least
-/// the next chunk.
+/// The next window's keys, estimated from `kvs` (the window before) as
+/// etcd estimates a chunk's from the chunk before: [`WINDOW_CHUNKS`]
+/// chunk targets of bytes (at most [`WINDOW_BYTES_MAX`]) at their size,
+/// and at most [`WINDOW_CHUNKS`] chunks of the current chunk's keys, so
+/// windows grow only as fast as etcd's chunks do; at least one chunk.
 fn next_window_keys(kvs: &[mvccpb::KeyValue], chunk_keys: usize, target: usize) -> i64 {
     // A key-value's encoding in a chunk: its own, a tag and a length.
     let bytes: usize = kvs.iter().map(|kv| kv.encoded_len() + 2).sum();
     let per_key = bytes.checked_div(kvs.len()).unwrap_or(1).max(1);
     let window = target.saturating_mul(WINDOW_CHUNKS).min(WINDOW_BYTES_MAX);
-    (window / per_key).max(chunk_keys) as i64
+    (window / per_key)
+        .min(chunk_keys.saturating_mul(WINDOW_CHUNKS))
+        .max(chunk_keys) as i64
 }
 
 /// etcd's `adjustChunkLimit`: double while a chunk's encoding is under
@@ -405,19 +420,25 @@ mod tests {
         assert_eq!(cut(&[10, 0], 4000).iter().map(Vec::len).collect::<Vec<_>>(), [10, 0]);
     }
 
-    // Goal: a window holds several chunks' bytes, at most the bound, and
-    // never less than the next chunk.
+    // Goal: a window holds several chunks' bytes, at most the bound; it
+    // grows no faster than the chunks (so keys much larger than those it
+    // was sized from cost at most WINDOW_CHUNKS of etcd's chunks), and
+    // is never less than the next chunk.
     #[test]
     fn windows_hold_several_chunks() {
         let kvs: Vec<_> = (0..10).map(kv).collect();
         let per_key = kvs[0].encoded_len() + 2;
         assert_eq!(
-            next_window_keys(&kvs, 10, 4000),
+            next_window_keys(&kvs, 100, 4000),
             (4000 * WINDOW_CHUNKS / per_key) as i64
         );
-        assert_eq!(next_window_keys(&kvs, 10, 1 << 30), (WINDOW_BYTES_MAX / per_key) as i64);
+        assert_eq!(
+            next_window_keys(&kvs, 1 << 15, 1 << 30),
+            (WINDOW_BYTES_MAX / per_key) as i64
+        );
+        assert_eq!(next_window_keys(&kvs, 10, 1 << 30), (10 * WINDOW_CHUNKS) as i64);
         assert_eq!(next_window_keys(&kvs, 1000, 100), 1000);
-        assert_eq!(next_window_keys(&[], 10, 4000), (4000 * WINDOW_CHUNKS) as i64);
+        assert_eq!(next_window_keys(&[], 10_000, 4000), (4000 * WINDOW_CHUNKS) as i64);
     }
 
     #[test]
