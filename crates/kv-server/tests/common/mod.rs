@@ -288,7 +288,20 @@ pub fn kv_server_with_failpoints() -> PathBuf {
 /// Builds the Go program in `tests/go/<name>` (a client written with
 /// etcd's own Go client) with `go build`, into the test's temporary
 /// directory, and returns its path. CI installs Go to build etcd's tools.
+/// Each test binary builds a program once: tests running at once would
+/// otherwise rewrite the file while another runs it.
 pub fn go_program(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, binary)) = built.iter().find(|(built, _)| built == name) {
+        return binary.clone();
+    }
+    let binary = build_go_program(name);
+    built.push((name.to_string(), binary.clone()));
+    binary
+}
+
+fn build_go_program(name: &str) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/go").join(name);
     let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-check"));
     let status = Command::new("go")
