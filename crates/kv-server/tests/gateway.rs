@@ -166,14 +166,7 @@ fn pids(cluster: &common::Cluster) -> Vec<Option<u32>> {
 }
 
 fn rss_bytes(pid: u32) -> i64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("member status");
-    let kib: i64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .expect("VmRSS");
-    kib * 1024
+    common::status_bytes(pid, "VmRSS:")
 }
 
 /// Writes acknowledged before the bad input, read back after it.

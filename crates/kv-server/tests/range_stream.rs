@@ -22,10 +22,10 @@
 //! streams, each equal to Range (many chunks, and many of kv-server's
 //! windows); streams the client cancels after two chunks; then a stream
 //! a physical compaction past its revision overtakes after its first
-//! chunk. Both must end alike (the server counting
-//! every key after the cancels, the overtaken stream ended by the same
-//! error), and kv-server's RSS must peak no higher above where the
-//! streams found it than a stream may hold ([`STREAM_GROWTH_MAX`]).
+//! chunk. Both must end alike (the server counting every key after the
+//! cancels, the overtaken stream ended by the same error), and
+//! kv-server's RSS must peak no higher above where the streams found it
+//! than a stream may hold ([`STREAM_GROWTH_MAX`]).
 //!
 //! Needs etcd 3.7.3 (`ETCD37_BIN`) and Go (CI installs both).
 
@@ -40,24 +40,49 @@ const RUN_WITHIN: Duration = Duration::from_secs(120);
 /// so that a table cut short cannot pass.
 const CASES: usize = 44;
 
+/// A fresh etcd 3.7.3 member and a fresh kv-server member, and the data
+/// directories they run on (dropped after them).
+struct Pair {
+    etcd: common::Cluster,
+    kv_server: common::Cluster,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+impl Pair {
+    fn start(etcd_base: u16, kv_base: u16) -> Pair {
+        let dirs = [(); 2].map(|_| tempfile::tempdir().expect("tempdir"));
+        let etcd_37 = common::etcd_tool("ETCD37_BIN", "etcd-3.7.3");
+        Pair {
+            etcd: common::Cluster::start_members(&etcd_37, dirs[0].path(), etcd_base, 1, &[]),
+            kv_server: common::Cluster::start_members(&common::kv_server(), dirs[1].path(), kv_base, 1, &[]),
+            _dirs: dirs,
+        }
+    }
+
+    fn endpoints(&self) -> [String; 2] {
+        [self.etcd.members[0].endpoint(), self.kv_server.members[0].endpoint()]
+    }
+}
+
+/// Runs the program with `args`; it must succeed. Its stdout, and all it
+/// printed (for failure messages).
+fn run(program: &std::path::Path, args: &[&str]) -> (String, String) {
+    let output = common::run_within(program, args, RUN_WITHIN);
+    let printed = common::text(&output);
+    assert!(output.status.success(), "{}\n{printed}", output.status);
+    (String::from_utf8_lossy(&output.stdout).to_string(), printed)
+}
+
 #[test]
 fn range_stream_answers_as_etcd_3_7() {
     let program = common::go_program("ranges");
-    let etcd_dir = tempfile::tempdir().expect("tempdir");
-    let kv_dir = tempfile::tempdir().expect("tempdir");
-    let etcd_37 = common::etcd_tool("ETCD37_BIN", "etcd-3.7.3");
-    let etcd = common::Cluster::start_members(&etcd_37, etcd_dir.path(), 26379, 1, &[]);
-    let kv_server = common::Cluster::start_members(&common::kv_server(), kv_dir.path(), 26479, 1, &[]);
-
-    let endpoints = [etcd.members[0].endpoint(), kv_server.members[0].endpoint()];
-    let output = common::run_within(&program, &["compare", &endpoints[0], &endpoints[1]], RUN_WITHIN);
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{}\n{stdout}{stderr}", output.status);
+    let pair = Pair::start(26379, 26479);
+    let endpoints = pair.endpoints();
+    let (stdout, printed) = run(&program, &["compare", &endpoints[0], &endpoints[1]]);
     assert_eq!(
         stdout.lines().last(),
         Some(format!("cases={CASES} mismatches=0").as_str()),
-        "{stdout}{stderr}"
+        "{printed}"
     );
 }
 
@@ -70,31 +95,22 @@ const STREAM_GROWTH_MAX: i64 = 64 << 20;
 #[test]
 fn interrupted_streams_end_as_etcd_3_7s_within_their_memory() {
     let program = common::go_program("ranges");
-    let etcd_dir = tempfile::tempdir().expect("tempdir");
-    let kv_dir = tempfile::tempdir().expect("tempdir");
-    let etcd_37 = common::etcd_tool("ETCD37_BIN", "etcd-3.7.3");
-    let etcd = common::Cluster::start_members(&etcd_37, etcd_dir.path(), 26879, 1, &[]);
-    let kv_server = common::Cluster::start_members(&common::kv_server(), kv_dir.path(), 26979, 1, &[]);
-    let endpoints = [etcd.members[0].endpoint(), kv_server.members[0].endpoint()];
+    let pair = Pair::start(26879, 26979);
+    let endpoints = pair.endpoints();
     for endpoint in &endpoints {
-        let filled = common::run_within(&program, &["fill", endpoint], RUN_WITHIN);
-        assert!(filled.status.success(), "{}", common::text(&filled));
-        let checked = common::run_within(&program, &["streams", endpoint], RUN_WITHIN);
-        assert!(checked.status.success(), "{endpoint}: {}", common::text(&checked));
-        assert_eq!(common::text(&checked).trim(), "3 streams equal their ranges");
+        run(&program, &["fill", endpoint]);
+        let (_, printed) = run(&program, &["streams", endpoint]);
+        assert_eq!(printed.trim(), "3 streams equal their ranges", "{endpoint}");
     }
     // The peak from here on: the kernel's high-water mark, reset.
-    let pid = kv_server.members[0].pid().expect("kv-server runs");
+    let pid = pair.kv_server.members[0].pid().expect("kv-server runs");
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset the high-water mark");
-    let before = status_bytes(pid, "VmRSS:");
-    let output = common::run_within(&program, &["interrupt", &endpoints[0], &endpoints[1]], RUN_WITHIN);
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{}\n{stdout}{stderr}", output.status);
+    let before = common::status_bytes(pid, "VmRSS:");
+    let (stdout, printed) = run(&program, &["interrupt", &endpoints[0], &endpoints[1]]);
     assert_eq!(
         stdout.lines().last(),
         Some("interrupted streams end alike"),
-        "{stdout}{stderr}"
+        "{printed}"
     );
     assert!(
         stdout.contains(
@@ -102,7 +118,7 @@ fn interrupted_streams_end_as_etcd_3_7s_within_their_memory() {
         ),
         "the count and the compaction's error: {stdout}"
     );
-    let growth = status_bytes(pid, "VmHWM:") - before;
+    let growth = common::status_bytes(pid, "VmHWM:") - before;
     eprintln!(
         "kv-server's RSS peaked {} MiB above where the streams found it",
         growth >> 20
@@ -111,16 +127,4 @@ fn interrupted_streams_end_as_etcd_3_7s_within_their_memory() {
         growth <= STREAM_GROWTH_MAX,
         "kv-server's RSS peaked {growth} bytes above where the interrupted streams found it"
     );
-}
-
-/// A `/proc/PID/status` line in bytes: VmRSS, or VmHWM (the peak).
-fn status_bytes(pid: u32, line: &str) -> i64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("member status");
-    let kib: i64 = status
-        .lines()
-        .find_map(|text| text.strip_prefix(line))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .expect(line);
-    kib * 1024
 }

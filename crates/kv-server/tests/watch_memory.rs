@@ -49,14 +49,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 const READ_WITHIN: Duration = Duration::from_secs(120);
 
 fn rss_bytes(pid: u32) -> i64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("member status");
-    let kib: i64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .expect("VmRSS");
-    kib * 1024
+    common::status_bytes(pid, "VmRSS:")
 }
 
 /// `PUTS` puts of distinct keys under `prefix`, `WRITERS` at a time;

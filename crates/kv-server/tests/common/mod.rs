@@ -285,6 +285,20 @@ pub fn kv_server_with_failpoints() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kv-server")))
 }
 
+/// A size line of `/proc/PID/status` in bytes: `VmRSS:` (resident now)
+/// or `VmHWM:` (its peak, which writing 5 to `/proc/PID/clear_refs`
+/// resets).
+pub fn status_bytes(pid: u32, line: &str) -> i64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("member status");
+    let kib: i64 = status
+        .lines()
+        .find_map(|text| text.strip_prefix(line))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .expect(line);
+    kib * 1024
+}
+
 /// Builds the Go program in `tests/go/<name>` (a client written with
 /// etcd's own Go client) with `go build`, into the test's temporary
 /// directory, and returns its path. CI installs Go to build etcd's tools.

@@ -404,9 +404,8 @@ const (
 )
 
 // interrupt runs, on each server (filled first by `ranges fill`),
-// RangeStreams the client cancels after
-// a few chunks, then one a physical compaction past its revision
-// overtakes after its first chunk. It prints one line per server and
+// RangeStreams the client cancels after a few chunks, then one a
+// physical compaction past its revision overtakes after its first chunk. It prints one line per server and
 // exits 1 unless both end the same way: every cancelled stream gone
 // with the server still counting every key, and the overtaken stream
 // ended by the same error.
