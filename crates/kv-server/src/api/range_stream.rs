@@ -141,23 +141,15 @@ async fn send_whole(member: &Member, request: &pb::RangeRequest, out: &Out) -> R
     let whole = member.read_range(&convert::range_request(request.clone()))?;
     let header = member.header(whole.revision);
     let mut response = convert::range_response(whole, header);
-    let mut kvs = std::mem::take(&mut response.kvs).into_iter().peekable();
-    let mut size = FIRST_CHUNK_KEYS as usize;
-    loop {
-        let part: Vec<_> = kvs.by_ref().take(size).collect();
-        if kvs.peek().is_none() {
-            response.kvs = part;
-            return Ok(out.send(chunk(response)).await.is_ok());
-        }
-        let part = pb::RangeResponse {
-            kvs: part,
-            ..pb::RangeResponse::default()
-        };
-        size = next_chunk_keys(size as i64, part.encoded_len(), member.config().max_request_bytes) as usize;
+    let mut cutter = Cutter::new(member.config().max_request_bytes);
+    cutter.push(std::mem::take(&mut response.kvs));
+    while let Some(part) = cutter.next_chunk(false) {
         if out.send(chunk(part)).await.is_err() {
             return Ok(false);
         }
     }
+    response.kvs = cutter.rest();
+    Ok(out.send(chunk(response)).await.is_ok())
 }
 
 /// One window of a stream: its key-values in key order, and whether
