@@ -18,7 +18,9 @@
 //! is longer than that, and a new leader starts each clock at the
 //! checkpointed TTL instead. A keep-alive of a checkpointed lease first
 //! clears its checkpoint through raft, so a lease takes at most two
-//! entries per interval. Whether members also store the checkpoints is
+//! entries per interval; so does the first keep-alive of each lease under
+//! a new leader, before a checkpoint of its own has applied, since the
+//! members' in-memory checkpoints may differ after restarts. Whether members also store the checkpoints is
 //! their own setting (`--experimental-enable-lease-checkpoint-persist`,
 //! `mvcc::Store::persist_lease_checkpoints`).
 
@@ -70,6 +72,12 @@ struct Deadline {
     /// When its next checkpoint is due, if one is scheduled (the same
     /// instant is in `Deadlines::checkpoints`).
     checkpoint_at: Option<Instant>,
+    /// Whether every member holds the same checkpoint of this lease as
+    /// this one: true once a checkpoint or clear this leader proposed has
+    /// applied, or for a lease granted under it. Until then a member may
+    /// hold an older checkpoint this one lacks: without persistence, each
+    /// member replays from its own last flush after a restart.
+    agreed: bool,
 }
 
 impl Deadline {
@@ -79,6 +87,7 @@ impl Deadline {
             ttl,
             retry_at: None,
             checkpoint_at: None,
+            agreed: false,
         }
     }
 }
@@ -143,11 +152,6 @@ impl Lessor {
         }
     }
 
-    /// Whether this member's leader checkpoints leases.
-    pub fn checkpointing(&self) -> bool {
-        self.checkpoint_interval.is_some()
-    }
-
     /// Follows this member's role: on becoming leader of a new term, gives
     /// every lease in `leases` (read only then) a fresh deadline, its TTL
     /// left plus `extend`: the checkpointed TTL if one is set, else the
@@ -200,7 +204,11 @@ impl Lessor {
         let mut inner = self.inner.lock();
         if inner.primary_term.is_some() {
             let now = self.clock.now();
-            inner.deadlines.insert(id, Deadline::after(now, ttl, seconds(ttl)));
+            let deadline = Deadline {
+                agreed: true,
+                ..Deadline::after(now, ttl, seconds(ttl))
+            };
+            inner.deadlines.insert(id, deadline);
             if let Some(interval) = self.checkpoint_interval {
                 inner.schedule(id, ttl, now, interval);
             }
@@ -224,9 +232,11 @@ impl Lessor {
         }
         let now = self.clock.now();
         for checkpoint in checkpoints {
-            let Some(ttl) = inner.deadlines.get(&checkpoint.id).map(|deadline| deadline.ttl) else {
+            let Some(deadline) = inner.deadlines.get_mut(&checkpoint.id) else {
                 continue;
             };
+            deadline.agreed = true;
+            let ttl = deadline.ttl;
             let left = if checkpoint.remaining_ttl > 0 {
                 checkpoint.remaining_ttl
             } else {
@@ -293,6 +303,22 @@ impl Lessor {
                 true
             }
         }
+    }
+
+    /// Whether a keep-alive of lease `id` must clear its checkpoint first:
+    /// checkpoints are on, and the store here holds one (etcd's `Renew`),
+    /// or this leader has not yet seen one of its own apply for the lease,
+    /// so another member may still hold an older one. The second case
+    /// costs at most one entry per lease per term; without it, a leader
+    /// whose restart lost an in-memory checkpoint would leave a follower
+    /// holding it, and a renewed lease would restart from it under the
+    /// next leader.
+    pub fn must_clear_checkpoint(&self, id: i64, stored_remaining_ttl: i64) -> bool {
+        if self.checkpoint_interval.is_none() {
+            return false;
+        }
+        let inner = self.inner.lock();
+        stored_remaining_ttl > 0 || inner.deadlines.get(&id).is_some_and(|deadline| !deadline.agreed)
     }
 
     /// Time left before the lease expires, if this member tracks it.
@@ -399,6 +425,30 @@ mod tests {
         assert!(lessor.take_due_checkpoints(10).is_empty(), "a follower takes none");
         assert!(lessor.sync(true, 2, Duration::from_secs(1), || vec![lease(1, 60, 40)]));
         assert_eq!(lessor.remaining(1), Some(Duration::from_secs(41)));
+    }
+
+    // Goal: a keep-alive clears a checkpoint held here, and under a new
+    // leader also one only another member may hold, until a checkpoint or
+    // clear of this leader's has applied; a lease granted under this
+    // leader is known everywhere.
+    #[test]
+    fn a_new_leader_clears_checkpoints_it_may_not_know() {
+        let clock = Arc::new(HandClock(Mutex::new(Instant::now())));
+        let lessor = Lessor::new(clock, Some(Duration::from_secs(10)));
+        assert!(lessor.sync(true, 1, Duration::ZERO, || vec![lease(1, 60, 0), lease(2, 60, 0)]));
+        assert!(lessor.must_clear_checkpoint(1, 0), "another member may hold one");
+        lessor.checkpointed(&[mvcc::LeaseCheckpoint {
+            id: 1,
+            remaining_ttl: 0,
+        }]);
+        assert!(!lessor.must_clear_checkpoint(1, 0), "cleared everywhere");
+        assert!(lessor.must_clear_checkpoint(1, 30), "held here");
+        lessor.granted(3, 60);
+        assert!(!lessor.must_clear_checkpoint(3, 0));
+        assert!(lessor.must_clear_checkpoint(2, 0));
+        let off = Lessor::new(Arc::new(HandClock(Mutex::new(Instant::now()))), None);
+        assert!(off.sync(true, 1, Duration::ZERO, || vec![lease(1, 60, 30)]));
+        assert!(!off.must_clear_checkpoint(1, 30), "checkpoints off");
     }
 
     // Goal: without checkpoints nothing is scheduled, and a promotion

@@ -144,11 +144,12 @@ impl Member {
         }
         let lease = self.store.lease(id);
         if let Some(lease) = &lease {
-            if lease.remaining_ttl > 0 && self.lessor.checkpointing() {
+            if self.lessor.must_clear_checkpoint(id, lease.remaining_ttl) {
                 // Renewed, the lease has its whole TTL again: its
                 // checkpoint is cleared first, through raft, so that a new
                 // leader does not start it from the old one (etcd's
-                // Renew). Only a checkpointed lease pays this entry.
+                // Renew). Only a lease that may be checkpointed somewhere
+                // pays this entry.
                 let clear = mvcc::LeaseCheckpoint { id, remaining_ttl: 0 };
                 self.propose_lease_checkpoints(vec![clear]).await?;
             }
