@@ -21,6 +21,8 @@
 //! - `records`: finding, visiting, writing and dropping stored revisions.
 //! - `value_files`: the blocks' bytes, in files beside sled, which
 //!   holds pointers to them; their durability and reclaiming.
+//! - `directory`: sled's block pointers copied into memory, so that a
+//!   read of many revisions finds their blocks without walking sled.
 //! - [`store`]: the sled implementation, split along etcd's lines: the
 //!   backend (the open batch and its commit), the schema (records the
 //!   server owns), recovery, apply and reads, compaction, snapshots and
@@ -88,6 +90,7 @@ pub(crate) mod block;
 pub mod compaction;
 pub mod count_cache;
 pub mod defrag;
+pub(crate) mod directory;
 pub mod error;
 pub mod hash;
 pub mod import;

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
 use crate::block::{self, Block, Record, BLOCK_SPACE};
+use crate::directory::Directory;
 use crate::error::{Error, Result};
 use crate::key_value::{KeyValue, StoredKeyValue};
 use crate::revision::Revision;
@@ -88,66 +89,49 @@ pub fn load(db: &sled::Db, values: &ValueFiles, revision: Revision) -> Result<Ke
     decode(record.value)
 }
 
-/// Blocks a [`load_sorted`] pass steps over without finding a revision it
-/// wants before it seeks instead: a seek costs a descent of sled's tree,
-/// a step over a block it does not read one small pointer, so a run of
-/// misses means the wanted revisions are sparse there.
-const MISSES_BEFORE_SEEK: usize = 16;
-
 /// The stored key-values at `revisions`, which are sorted and distinct,
-/// each passed to `found` with its position. One pass forward over the
-/// blocks, decoding each block that holds some of them once, where
-/// [`load`] per revision finds and decodes its block anew: a range of
-/// keys written together reads each block once instead of once per key.
-/// Reads outside an apply batch, or revisions alive through it, as
-/// [`load`].
+/// each passed to `found` with its position. Each block holding some of
+/// them is found in `directory` (sled's block pointers, in memory) and
+/// read and decoded once, where [`load`] per revision finds and decodes
+/// its block anew: a range of keys written together reads each block
+/// once instead of once per key. Reads outside an apply batch, or
+/// revisions alive through it, as [`load`].
 pub fn load_sorted(
     db: &sled::Db,
     values: &ValueFiles,
+    directory: &Directory,
     revisions: &[Revision],
     mut found: impl FnMut(usize, KeyValue),
 ) -> Result<()> {
     debug_assert!(revisions.windows(2).all(|pair| pair[0] < pair[1]));
-    let Some(&last) = revisions.last() else {
-        return Ok(());
-    };
-    let upper = block::key(last);
     let mut at = 0;
+    let mut buffer = Vec::new();
     while at < revisions.len() {
-        let sought = at;
-        // Seek: the block holding revisions[at], and from it on.
-        let (start, _) = db
-            .range(vec![BLOCK_SPACE]..=block::key(revisions[at]))
-            .next_back()
-            .transpose()?
+        let block = directory
+            .containing(revisions[at])
             .ok_or_else(|| corrupt("indexed revision missing"))?;
-        let mut blocks = db.range(start.to_vec()..=upper.clone());
-        let mut current = blocks.next().transpose()?;
-        let mut misses = 0;
-        while let Some((_, stored)) = current.take() {
-            let next = blocks.next().transpose()?;
-            let next_first = match &next {
-                Some((key, _)) => Some(block::first_of(key).ok_or_else(|| corrupt("block key"))?),
-                None => None,
-            };
-            let before = at;
-            // Only a block holding a wanted revision is read.
-            if next_first.is_none_or(|first| revisions[at] < first) {
-                let bytes = values.resolve(&stored)?;
-                let block = parse(&bytes)?;
-                while at < revisions.len() && next_first.is_none_or(|first| revisions[at] < first) {
-                    let record = block
-                        .find(revisions[at])
-                        .ok_or_else(|| corrupt("indexed revision missing"))?;
-                    found(at, decode(record.value)?);
-                    at += 1;
-                }
+        let bytes = match &block.pointer {
+            Some(pointer) => {
+                values.read_into(pointer, &mut buffer)?;
+                &buffer[..]
             }
-            misses = if at == before { misses + 1 } else { 0 };
-            if at == revisions.len() || misses > MISSES_BEFORE_SEEK {
-                break;
+            None => {
+                let stored = db
+                    .get(block::key(block.first))?
+                    .ok_or_else(|| corrupt("a block the directory names is missing"))?;
+                buffer.clear();
+                buffer.extend_from_slice(&stored);
+                &buffer[..]
             }
-            current = next;
+        };
+        let parsed = parse(bytes)?;
+        let sought = at;
+        while at < revisions.len() && block.next_first.is_none_or(|next| revisions[at] < next) {
+            let record = parsed
+                .find(revisions[at])
+                .ok_or_else(|| corrupt("indexed revision missing"))?;
+            found(at, decode(record.value)?);
+            at += 1;
         }
         if at == sought {
             return Err(corrupt("indexed revision missing"));
@@ -241,10 +225,11 @@ pub fn each(
     if to_main < from.main {
         return Ok(ControlFlow::Continue(()));
     }
+    let mut buffer = Vec::new();
     for stored in blocks(db, values, overlay, from, to_main)? {
         let stored = stored?;
-        let bytes = values.resolve(&stored)?;
-        for record in parse(&bytes)?.records() {
+        let bytes = values.resolve_into(&stored, &mut buffer)?;
+        for record in parse(bytes)?.records() {
             if record.revision >= from
                 && record.revision.main <= to_main
                 && each(record.revision, record.tombstone, record.value)?.is_break()
@@ -299,18 +284,34 @@ pub fn drop_revisions(
 
 /// Adds to `batch` the overlay's rewrites and the blocks of `records`
 /// (written in this batch, in revision order), each block appended to
-/// `values` and stored in sled as its pointer. The caller syncs `values`
+/// `values` and stored in sled as its pointer, and makes the same
+/// changes to `directory` (directory.rs). The caller syncs `values`
 /// before sled gets `batch` (value_files.rs).
-pub fn write(batch: &mut Writes, values: &mut ValueFiles, overlay: Overlay, records: &[Record]) -> Result<()> {
+pub fn write(
+    batch: &mut Writes,
+    values: &mut ValueFiles,
+    directory: &mut Directory,
+    overlay: Overlay,
+    records: &[Record],
+) -> Result<()> {
     for (key, bytes) in overlay {
         match bytes {
-            Some(bytes) => batch.insert(key, &values.append(&bytes)?.encode()[..]),
-            None => batch.remove(key),
+            Some(bytes) => {
+                let pointer = values.append(&bytes)?.encode();
+                directory.insert(&key, &pointer)?;
+                batch.insert(key, &pointer[..]);
+            }
+            None => {
+                directory.remove(&key)?;
+                batch.remove(key);
+            }
         }
     }
     for packed in block::pack(records) {
-        let pointer = values.append(&block::encode(packed))?;
-        batch.insert(block::key(packed[0].revision), &pointer.encode()[..]);
+        let pointer = values.append(&block::encode(packed))?.encode();
+        let key = block::key(packed[0].revision);
+        directory.insert(&key, &pointer)?;
+        batch.insert(key, &pointer[..]);
     }
     Ok(())
 }
@@ -361,21 +362,25 @@ pub fn move_blocks(
 }
 
 /// Every stored record, in order, for rebuilding the index; counts anew
-/// the live bytes of every value file.
+/// the live bytes of every value file. Returns the block directory
+/// (directory.rs) of what it read.
 pub fn scan(
     db: &sled::Db,
     values: &mut ValueFiles,
     mut visit: impl FnMut(Revision, bool, KeyValue) -> Result<()>,
-) -> Result<()> {
+) -> Result<Directory> {
     values.reset_live();
+    let mut buffer = Vec::new();
+    let mut directory = Directory::default();
     for item in db.scan_prefix([BLOCK_SPACE]) {
         let (key, stored) = item?;
         let first = block::first_of(&key).ok_or_else(|| corrupt("block key"))?;
+        directory.insert(&key, &stored)?;
         if let Some(pointer) = Pointer::decode(&stored) {
             values.count_live(&pointer, pointer.length as i64);
         }
-        let bytes = values.resolve(&stored)?;
-        let block = parse(&bytes)?;
+        let bytes = values.resolve_into(&stored, &mut buffer)?;
+        let block = parse(bytes)?;
         if block.records().next().map(|r| r.revision) != Some(first) {
             return Err(corrupt("block key does not name its first revision"));
         }
@@ -383,7 +388,7 @@ pub fn scan(
             visit(record.revision, record.tombstone, decode(record.value)?)?;
         }
     }
-    Ok(())
+    Ok(directory)
 }
 
 /// The stored layout's version, kept under `'m' + "format"`: 3 since

@@ -225,26 +225,48 @@ impl ValueFiles {
         }
     }
 
+    /// As [`ValueFiles::resolve`], reading a pointer's bytes into
+    /// `buffer`, which a pass over many blocks reuses: one allocation
+    /// for the pass instead of a zeroed one per block.
+    pub fn resolve_into<'a>(&self, stored: &'a [u8], buffer: &'a mut Vec<u8>) -> Result<&'a [u8]> {
+        match Pointer::decode(stored) {
+            Some(pointer) => {
+                self.read_into(&pointer, buffer)?;
+                Ok(buffer.as_slice())
+            }
+            None => Ok(stored),
+        }
+    }
+
     /// The bytes `pointer` names, checked against its CRC.
     pub fn read(&self, pointer: &Pointer) -> Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        self.read_into(pointer, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// Reads the bytes `pointer` names into `bytes` (replacing what it
+    /// held), checked against its CRC.
+    pub fn read_into(&self, pointer: &Pointer, bytes: &mut Vec<u8>) -> Result<()> {
         let usage = self
             .files
             .get(&pointer.file)
             .ok_or_else(|| corrupt(format!("value file {} is missing", pointer.file)))?;
-        let mut bytes = vec![0u8; pointer.length as usize];
-        usage.file.read_exact_at(&mut bytes, pointer.offset).map_err(|error| {
+        bytes.clear();
+        bytes.resize(pointer.length as usize, 0);
+        usage.file.read_exact_at(bytes, pointer.offset).map_err(|error| {
             corrupt(format!(
                 "reading {} bytes at {} of value file {}: {error}",
                 pointer.length, pointer.offset, pointer.file
             ))
         })?;
-        if crc32c::crc32c(&bytes) != pointer.crc {
+        if crc32c::crc32c(bytes) != pointer.crc {
             return Err(corrupt(format!(
                 "a block at {} of value file {} fails its checksum",
                 pointer.offset, pointer.file
             )));
         }
-        Ok(bytes)
+        Ok(())
     }
 
     /// Appends `block` to the newest file (starting one when there is

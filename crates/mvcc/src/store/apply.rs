@@ -33,7 +33,15 @@ impl ReadView for StoreView<'_> {
             self.state.current_revision,
             self.state.compact_revision,
             Some(&self.state.counts),
-            |revisions| load_many(self.db, &self.state.values, &self.state.batch, revisions),
+            |revisions| {
+                load_many(
+                    self.db,
+                    &self.state.values,
+                    &self.state.directory,
+                    &self.state.batch,
+                    revisions,
+                )
+            },
         )
     }
 
@@ -103,7 +111,15 @@ impl ReadView for StoreTxn<'_> {
             self.revision(),
             self.state.compact_revision,
             None,
-            |revisions| load_many(self.db, &self.state.values, self.batch, revisions),
+            |revisions| {
+                load_many(
+                    self.db,
+                    &self.state.values,
+                    &self.state.directory,
+                    self.batch,
+                    revisions,
+                )
+            },
         )
     }
 

@@ -122,8 +122,14 @@ pub(super) fn commit(
     let mut writes = batch.writes;
     // The blocks go to their file, synced, before sled may hold a pointer
     // to them (value_files.rs); a failure is fatal to the store.
-    let written = records::write(&mut writes, &mut state.values, batch.overlay, &batch.records)
-        .and_then(|()| state.values.sync());
+    let written = records::write(
+        &mut writes,
+        &mut state.values,
+        &mut state.directory,
+        batch.overlay,
+        &batch.records,
+    )
+    .and_then(|()| state.values.sync());
     if let Err(error) = written {
         poisoned.store(true, Ordering::Release);
         tracing::error!(%error, "the value files failed a write; the store is poisoned");
@@ -184,6 +190,7 @@ pub(super) fn load_through(db: &sled::Db, values: &ValueFiles, batch: &Batch, re
 pub(super) fn load_many(
     db: &sled::Db,
     values: &ValueFiles,
+    directory: &Directory,
     batch: &Batch,
     revisions: &[Revision],
 ) -> Result<Vec<KeyValue>> {
@@ -197,7 +204,7 @@ pub(super) fn load_many(
     }
     stored.sort_unstable();
     let sorted: Vec<Revision> = stored.iter().map(|(revision, _)| *revision).collect();
-    records::load_sorted(db, values, &sorted, |at, kv| kvs[stored[at].1] = Some(kv))?;
+    records::load_sorted(db, values, directory, &sorted, |at, kv| kvs[stored[at].1] = Some(kv))?;
     kvs.into_iter()
         .map(|kv| kv.ok_or_else(|| records::corrupt("indexed revision missing")))
         .collect()

@@ -57,6 +57,7 @@ use crate::block::Record;
 use crate::compaction::{Backlog, Step, COMPACTION_BATCH_LIMIT_DEFAULT, COMPACTION_BATCH_LIMIT_MAX};
 use crate::count_cache::CountCache;
 use crate::defrag::{self, Copying};
+use crate::directory::Directory;
 use crate::error::{Error, Result};
 use crate::hash::{Hasher, Keep, KeyValueHash, COMPACTION_HASHES_KEPT};
 use crate::index::{RangeEnd, TreeIndex};
@@ -169,6 +170,8 @@ struct State {
     copying: Option<Copying>,
     /// The files holding the blocks sled points to (value_files.rs).
     values: ValueFiles,
+    /// sled's block pointers, in memory (directory.rs).
+    directory: Directory,
     /// Value files being reclaimed, a step at a time (see
     /// [`Store::reclaim_step`]).
     reclaim: Option<Reclaim>,

@@ -5,9 +5,9 @@
 use super::*;
 
 /// Rebuilds the in-memory index from every stored revision, and the lease
-/// table from the stored leases and the values naming them; reads the
-/// current and compact revisions.
-pub(super) fn rebuild(db: &sled::Db, values: &mut ValueFiles) -> Result<(TreeIndex, LeaseTable, i64, i64)> {
+/// table from the stored leases and the values naming them, and the
+/// block directory; reads the current and compact revisions.
+pub(super) fn rebuild(db: &sled::Db, values: &mut ValueFiles) -> Result<Rebuilt> {
     let mut leases = LeaseTable::default();
     for item in db.scan_prefix([LEASE_SPACE]) {
         let (key, value) = item?;
@@ -22,7 +22,7 @@ pub(super) fn rebuild(db: &sled::Db, values: &mut ValueFiles) -> Result<(TreeInd
     }
     let mut index = TreeIndex::default();
     let mut highest = 0;
-    records::scan(db, values, |revision, tombstone, kv| {
+    let directory = records::scan(db, values, |revision, tombstone, kv| {
         if tombstone {
             index.tombstone(&kv.key, revision);
             leases.detach(&kv.key);
@@ -40,7 +40,22 @@ pub(super) fn rebuild(db: &sled::Db, values: &mut ValueFiles) -> Result<(TreeInd
         "stored revision {highest} above current {current_revision}"
     );
     let compact_revision = read_i64(db, META_COMPACT_REVISION)?.unwrap_or(NEVER_COMPACTED);
-    Ok((index, leases, current_revision, compact_revision))
+    Ok(Rebuilt {
+        index,
+        leases,
+        directory,
+        current_revision,
+        compact_revision,
+    })
+}
+
+/// What [`rebuild`] reads back from storage.
+pub(super) struct Rebuilt {
+    index: TreeIndex,
+    leases: LeaseTable,
+    directory: Directory,
+    current_revision: i64,
+    compact_revision: i64,
 }
 
 /// The compaction work a store opened or restored with `index`, rebuilt
@@ -60,7 +75,13 @@ pub(super) fn leftovers(index: &mut TreeIndex, compact_revision: i64) -> Backlog
 /// What `db` holds must be durable: the value files it names none of
 /// are deleted.
 pub(super) fn load_state(db: &sled::Db, mut values: ValueFiles, consistent_index: u64) -> Result<State> {
-    let (mut index, leases, current_revision, compact_revision) = rebuild(db, &mut values)?;
+    let Rebuilt {
+        mut index,
+        leases,
+        directory,
+        current_revision,
+        compact_revision,
+    } = rebuild(db, &mut values)?;
     values.remove_unreferenced()?;
     let compactions = leftovers(&mut index, compact_revision);
     Ok(State {
@@ -82,6 +103,7 @@ pub(super) fn load_state(db: &sled::Db, mut values: ValueFiles, consistent_index
         },
         copying: None,
         values,
+        directory,
         reclaim: None,
     })
 }

@@ -111,6 +111,7 @@ fn defragment_shrinks_and_keeps_everything() {
     store.defragment().unwrap();
     let after = store.size_on_disk().unwrap();
     assert!(after * 2 <= before, "{before} bytes, then {after}");
+    assert!(directory_matches_sled(&store), "after a defragmentation");
     let everything = RangeRequest {
         key: vec![0],
         range_end: vec![0],
@@ -121,6 +122,8 @@ fn defragment_shrinks_and_keeps_everything() {
     assert_eq!(store.current_revision(), revision);
     assert_eq!(store.membership(), (index + 2, Some(b"m".to_vec())));
     store.apply(index + 3, &[put(7000)]).unwrap();
+    store.flush().unwrap();
+    assert!(directory_matches_sled(&store), "after a commit into the fresh database");
     drop(store);
     let reopened = Store::open(&path).unwrap();
     assert_eq!(reopened.range(&everything).unwrap().kvs.len(), 101);
@@ -245,6 +248,7 @@ fn compaction_in_steps_and_after_a_stop_ends_the_same() {
     while stores[0].compact_step().unwrap() {
         steps += 1;
         assert_eq!(stores[0].range(&everything).unwrap(), served);
+        assert!(directory_matches_sled(&stores[0]), "after step {steps}");
     }
     assert!((90..=110).contains(&steps), "{steps} steps");
     assert_eq!(stores[0].hash_kv(at).unwrap().0, before);
@@ -258,6 +262,12 @@ fn compaction_in_steps_and_after_a_stop_ends_the_same() {
     assert_eq!(stored_revisions(&first), stored_revisions(&reopened));
     assert_eq!(first.compact_revision(), reopened.compact_revision());
     assert_eq!(first.current_revision(), reopened.current_revision());
+}
+
+/// Whether the store's block directory holds exactly sled's block
+/// pointers (directory.rs), as every commit must leave it.
+fn directory_matches_sled(store: &Store) -> bool {
+    store.state.read().directory.equals(&store.db.read())
 }
 
 /// Every stored revision, with whether it is a tombstone and its
@@ -415,6 +425,7 @@ fn value_files_a_compaction_emptied_are_reclaimed() {
     assert!(!after.contains(&before[0]), "round 0's file is reclaimed: {after:?}");
     assert!(after.contains(&before[1]), "round 1's file is all live: {after:?}");
     assert_eq!(everything(&store), expected);
+    assert!(directory_matches_sled(&store), "after reclaiming");
     store.flush().unwrap();
     assert_eq!(
         store.live_bytes().unwrap(),
@@ -444,6 +455,7 @@ fn value_files_a_compaction_emptied_are_reclaimed() {
     store.finish_compactions().unwrap();
     let last = value_file_numbers(&path);
     assert!(last.iter().all(|n| !after.contains(n)), "{after:?} then {last:?}");
+    assert!(directory_matches_sled(&store), "after reclaiming every file");
     assert_eq!(everything(&store).len(), 300);
 }
 
