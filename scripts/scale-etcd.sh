@@ -49,6 +49,9 @@
 # SCALE_ROWS=maintenance skips from the range to the restart (default
 # all rows). SCALE_READS picks the reads among "range count list keys
 # stream recount" (default all; the list takes etcd minutes at 1M keys).
+# SCALE_LIST_SECONDS stops a list that takes longer after the page that
+# passes it, and the row says how far it got (default: no limit; etcd's
+# list grows with the square of the keys, hours at 10M).
 # Needs etcd's tools (scripts/etcd-peers.sh) and go; builds
 # kv-server.
 set -euo pipefail
@@ -86,7 +89,8 @@ read_row() {  # name row pid port mode
     echo 5 > "/proc/$3/clear_refs" 2> /dev/null || true
     before=$(awk '/^VmRSS:/ {print $2}' "/proc/$3/status")
     # etcd 3.5 has no RangeStream: the row says why it failed.
-    report=$("$ranges" time "127.0.0.1:$4" "$5" 2>&1) || report="failed: ${report##*: }"
+    report=$(RANGES_LIST_SECONDS=${SCALE_LIST_SECONDS:-0} "$ranges" time "127.0.0.1:$4" "$5" 2>&1) ||
+        report="failed: ${report##*: }"
     printf '%-10s %-9s %s, follower +%d MB peak\n' "$1" "$2" "$report" \
         $((($(awk '/^VmHWM:/ {print $2}' "/proc/$3/status") - before) / 1024))
 }

@@ -15,7 +15,10 @@
 //	    revision, as kube-apiserver lists), keys (keys-only), count
 //	    (count-only) or stream (RangeStream, chunks counted and dropped).
 //	    Prints "MODE seconds=S keys=K pages=P" and checks count and more
-//	    (and, for a stream, that every key comes once, in order).
+//	    (and, for a stream, that every key comes once, in order). With
+//	    RANGES_LIST_SECONDS set, a list that takes longer stops after the
+//	    page that passes it and prints "list stopped seconds=S keys=K of
+//	    N pages=P" (a server that cannot finish at the scale asked).
 package main
 
 import (
@@ -23,6 +26,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -324,6 +328,16 @@ func comparePermissions(etcdEndpoint, kvEndpoint string, total *int) int {
 	return mismatches
 }
 
+// listLimit is how long a timed list may run (RANGES_LIST_SECONDS), or
+// 0 for no limit.
+func listLimit() time.Duration {
+	seconds, err := strconv.Atoi(os.Getenv("RANGES_LIST_SECONDS"))
+	if err != nil || seconds <= 0 {
+		return 0
+	}
+	return time.Duration(seconds) * time.Second
+}
+
 func timed(endpoint, mode string) int {
 	cli := dial(endpoint, "", "")
 	start := time.Now()
@@ -350,6 +364,7 @@ func timed(endpoint, mode string) int {
 		check(mode == "count" || int64(len(resp.Kvs)) == resp.Count, "%d keys, count %d", len(resp.Kvs), resp.Count)
 	case "list":
 		key, rev, total := "\x00", int64(0), int64(-1)
+		limit := listLimit()
 		for {
 			resp, err := cli.Get(ctx(), key, append(opts, clientv3.WithLimit(500), clientv3.WithRev(rev))...)
 			check(err == nil, "page %d: %v", pages, err)
@@ -362,6 +377,10 @@ func timed(endpoint, mode string) int {
 			check(resp.More == (keys < total), "page %d: more %v with %d of %d", pages, resp.More, keys, total)
 			if !resp.More {
 				break
+			}
+			if limit > 0 && time.Since(start) > limit {
+				fmt.Printf("list stopped seconds=%.3f keys=%d of %d pages=%d\n", time.Since(start).Seconds(), keys, total, pages)
+				return 0
 			}
 			key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
