@@ -361,13 +361,14 @@ pub fn move_blocks(
     Ok(None)
 }
 
-/// Every stored record, in order, for rebuilding the index; counts anew
-/// the live bytes of every value file. Returns the block directory
+/// Every stored record, in order, read in place (no copy of its key or
+/// value), for rebuilding the index; counts anew the live bytes of
+/// every value file. Returns the block directory
 /// (directory.rs) of what it read.
 pub fn scan(
     db: &sled::Db,
     values: &mut ValueFiles,
-    mut visit: impl FnMut(Revision, bool, KeyValue) -> Result<()>,
+    mut visit: impl FnMut(Revision, bool, StoredKeyValue<'_>) -> Result<()>,
 ) -> Result<Directory> {
     values.reset_live();
     let mut buffer = Vec::new();
@@ -385,7 +386,7 @@ pub fn scan(
             return Err(corrupt("block key does not name its first revision"));
         }
         for record in block.records() {
-            visit(record.revision, record.tombstone, decode(record.value)?)?;
+            visit(record.revision, record.tombstone, read_stored(record.value)?)?;
         }
     }
     Ok(directory)

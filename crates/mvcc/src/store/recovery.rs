@@ -24,11 +24,11 @@ pub(super) fn rebuild(db: &sled::Db, values: &mut ValueFiles) -> Result<Rebuilt>
     let mut highest = 0;
     let directory = records::scan(db, values, |revision, tombstone, kv| {
         if tombstone {
-            index.tombstone(&kv.key, revision);
-            leases.detach(&kv.key);
+            index.tombstone(kv.key, revision);
+            leases.detach(kv.key);
         } else {
-            index.put_rebuilt(&kv.key, revision, kv.create_revision);
-            leases.attach(&kv.key, kv.lease);
+            index.put_rebuilt(kv.key, revision, kv.create_revision);
+            leases.attach(kv.key, kv.lease);
         }
         highest = revision.main;
         Ok(())
