@@ -82,8 +82,17 @@ func fail(format string, args ...any) {
 }
 
 func ctx() context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	time.AfterFunc(61*time.Second, cancel)
+	return ctxWithin(60 * time.Second)
+}
+
+// timedReadDeadline bounds one timed read of every key: at ten million
+// keys a keys-only range or a stream takes etcd well over the minute
+// that bounds every other call here.
+const timedReadDeadline = 30 * time.Minute
+
+func ctxWithin(limit time.Duration) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), limit)
+	time.AfterFunc(limit+time.Second, cancel)
 	return c
 }
 
@@ -358,7 +367,7 @@ func timed(endpoint, mode string) int {
 		if mode == "count" {
 			opt = clientv3.WithCountOnly()
 		}
-		resp, err := cli.Get(ctx(), "\x00", append(opts, opt)...)
+		resp, err := cli.Get(ctxWithin(timedReadDeadline), "\x00", append(opts, opt)...)
 		check(err == nil, "%v", err)
 		keys, pages = resp.Count, 1
 		check(mode == "count" || int64(len(resp.Kvs)) == resp.Count, "%d keys, count %d", len(resp.Kvs), resp.Count)
@@ -385,7 +394,7 @@ func timed(endpoint, mode string) int {
 			key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
 	case "stream":
-		ch, err := cli.GetStream(ctx(), "\x00", opts...)
+		ch, err := cli.GetStream(ctxWithin(timedReadDeadline), "\x00", opts...)
 		check(err == nil, "%v", err)
 		var last *mvccpb.KeyValue
 		for chunk := range ch {
