@@ -110,18 +110,17 @@ pub fn load_sorted(
         let block = directory
             .containing(revisions[at])
             .ok_or_else(|| corrupt("indexed revision missing"))?;
-        let bytes = match &block.pointer {
+        let inline;
+        let bytes: &[u8] = match &block.pointer {
             Some(pointer) => {
                 values.read_into(pointer, &mut buffer)?;
-                &buffer[..]
+                &buffer
             }
             None => {
-                let stored = db
+                inline = db
                     .get(block::key(block.first))?
                     .ok_or_else(|| corrupt("a block the directory names is missing"))?;
-                buffer.clear();
-                buffer.extend_from_slice(&stored);
-                &buffer[..]
+                &inline
             }
         };
         let parsed = parse(bytes)?;

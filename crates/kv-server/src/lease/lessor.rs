@@ -20,8 +20,9 @@
 //! clears its checkpoint through raft, so a lease takes at most two
 //! entries per interval; so does the first keep-alive of each lease under
 //! a new leader, before a checkpoint of its own has applied, since the
-//! members' in-memory checkpoints may differ after restarts. Whether members also store the checkpoints is
-//! their own setting (`--experimental-enable-lease-checkpoint-persist`,
+//! members' in-memory checkpoints may differ after restarts. Whether
+//! members also store the checkpoints is their own setting
+//! (`--experimental-enable-lease-checkpoint-persist`,
 //! `mvcc::Store::persist_lease_checkpoints`).
 
 use std::collections::{BTreeMap, BTreeSet};
