@@ -24,9 +24,12 @@
 #             it answers a serializable get (its port polled every 20 ms,
 #             then etcdctl)
 #   rewrite   every key put again with 1 KiB values (so the store holds
-#             over 1 GB at 1M keys, and every first value is garbage)
-#   quiet     3 loads of KEYS/2 puts of 256 bytes at 1000 clients to the
-#             leader: the loads' median p99 (and the worst), the longest
+#             over 1 GB at 1M keys, and every first value is garbage);
+#             SCALE_REWRITE_BYTES sets the size (at 10M keys, 256 keeps
+#             the store under the 8 GiB quota every server is given)
+#   quiet     3 loads of KEYS/2 puts (SCALE_LOAD_PUTS) of 256 bytes at
+#             1000 clients to the leader, over the fill's keys: the
+#             loads' median p99 (and the worst), the longest
 #             put, failed puts, leader changes and the loads' time
 #   compact   the same load, with a compaction at the rewrite's revision
 #             (every revision of the first fill) 1 s into it, waiting for
@@ -52,11 +55,21 @@
 # SCALE_LIST_SECONDS stops a list that takes longer after the page that
 # passes it, and the row says how far it got (default: no limit; etcd's
 # list grows with the square of the keys, hours at 10M).
+# SCALE_LOAD_PUTS sets the puts per load (default KEYS/2; at 10M keys
+# a load of 500,000 puts is the 1M-key table's load, so the two sizes
+# compare at the same load).
+# Each server starts on a machine left as the first found it: the
+# server before it is stopped, its data removed (unless SCALE_KEEP) and
+# the page cache dropped where allowed. At 10M keys etcd's three data
+# directories fill most of the page cache: kv-server's 10M fill ran at
+# 13,384 puts/s right after etcd 3.7.3's part of a run and at 21,380 on
+# its own (2026-11-27), so the order of the servers was in the figures.
 # Needs etcd's tools (scripts/etcd-peers.sh) and go; builds
 # kv-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keys=${1:-1000000}
+load_puts=${SCALE_LOAD_PUTS:-$((keys / 2))}
 # etcd_tools, our_binaries
 source scripts/bench-tools.sh
 etcd_tools ETCD_BIN ETCD_BENCHMARK_BIN ETCDCTL_BIN ETCD37_BIN
@@ -118,6 +131,9 @@ measure() {  # name binary
         maintenance_rows "$name" "$dir"
     fi
     scripts/local-cluster.sh stop "$dir"
+    [ -n "${SCALE_KEEP:-}" ] || rm -rf "$dir"
+    sync
+    echo 3 2> /dev/null > /proc/sys/vm/drop_caches || true
 }
 
 # The reads from a follower, then its restart.
@@ -171,12 +187,12 @@ leader_changes() {
 # Loads back to back while an action runs: at most this many.
 LOADS_MAX=20
 
-# One load: KEYS/2 puts at 1000 clients to the leader; prints its p99 and
-# longest put in ms and its failed puts.
+# One load: SCALE_LOAD_PUTS puts at 1000 clients to the leader; prints
+# its p99 and longest put in ms and its failed puts.
 one_load() {
     local report
     report=$("$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
-        put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size=256 --total=$((keys / 2)) 2>&1)
+        put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size=256 --total="$load_puts" 2>&1)
     echo "$(echo "$report" | awk '/ 99% in / {printf "%.0f", $3 * 1000}')" \
         "$(echo "$report" | awk '/Slowest:/ {printf "%.0f", $2 * 1000}')" \
         "$(echo "$report" | awk -F'[][]' '/^ *\[[0-9]+\]/ {n += $2} END {print n + 0}')"
@@ -185,12 +201,12 @@ one_load() {
 # Loads without an action.
 QUIET_LOADS=3
 
-# Loads of KEYS/2 puts: QUIET_LOADS of them without ACTION; with it (a
-# shell command), ACTION runs 1 s into the first, timed, and loads follow
-# back to back while it runs (at most LOADS_MAX), so that every put of the
-# action's time is measured. Prints the row: the loads' median p99 and the
-# worst, the longest put, failed puts summed, leader changes, the loads
-# and their time.
+# Loads of SCALE_LOAD_PUTS puts: QUIET_LOADS of them without ACTION;
+# with it (a shell command), ACTION runs 1 s into the first, timed, and
+# loads follow back to back while it runs (at most LOADS_MAX), so that
+# every put of the action's time is measured. Prints the row: the loads'
+# median p99 and the worst, the longest put, failed puts summed, leader
+# changes, the loads and their time.
 load_row() {  # name row action
     local name=$1 row=$2 action=$3 changes took=- started done longest=0 failed=0 loads=0 figures p99s=()
     changes=$(leader_changes)
@@ -236,7 +252,7 @@ maintenance_rows() {  # name dir
     local name=$1 started revision leader before
     started=$(date +%s.%N)
     "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
-        put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size=1024 --total="$keys" > /dev/null 2>&1
+        put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size="${SCALE_REWRITE_BYTES:-1024}" --total="$keys" > /dev/null 2>&1
     revision=$("$ETCDCTL_BIN" --endpoints=$endpoints endpoint status -w json | grep -o '"revision":[0-9]*' | head -1 | cut -d: -f2)
     printf '%-10s rewrite   %.0f s\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)"
     load_row "$name" quiet ""
