@@ -64,12 +64,18 @@
 # directories fill most of the page cache: kv-server's 10M fill ran at
 # 13,384 puts/s right after etcd 3.7.3's part of a run and at 21,380 on
 # its own (2026-11-27), so the order of the servers was in the figures.
+# SCALE_QUOTA_BYTES sets every member's --quota-backend-bytes (default
+# 8 GiB, etcd's documented limit). At 10M keys with the rewrite, the
+# loads during a compaction outgrow 8 GiB before a compaction of 10M
+# revisions, paced under load, gives space back: NOSPACE stopped the
+# loads of 2026-11-27 after 9.5 minutes of it.
 # Needs etcd's tools (scripts/etcd-peers.sh) and go; builds
 # kv-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keys=${1:-1000000}
 load_puts=${SCALE_LOAD_PUTS:-$((keys / 2))}
+quota=--quota-backend-bytes=${SCALE_QUOTA_BYTES:-8589934592}
 # etcd_tools, our_binaries
 source scripts/bench-tools.sh
 etcd_tools ETCD_BIN ETCD_BENCHMARK_BIN ETCDCTL_BIN ETCD37_BIN
@@ -111,7 +117,7 @@ read_row() {  # name row pid port mode
 measure() {  # name binary
     local name=$1 binary=$2 dir="$work/$1" before after started ticks_before report
     # Room for the rewrite's 1 KiB values beside the first fill's.
-    scripts/local-cluster.sh start "$binary" "$dir" --quota-backend-bytes=8589934592
+    scripts/local-cluster.sh start "$binary" "$dir" "$quota"
     before=$(max_rss_kb "$dir")
     ticks_before=$(member_ticks "$dir")
     started=$(date +%s.%N)
@@ -152,7 +158,7 @@ read_rows() {  # name binary dir
         [[ $reads == *" $mode "* ]] && read_row "$name" "$mode" "$pid" "$port" "$mode"
     done
     [[ $reads == *" recount "* ]] && read_row "$name" recount "$pid" "$port" count
-    scripts/local-cluster.sh restart "$binary" "$dir" "$member" --quota-backend-bytes=8589934592
+    scripts/local-cluster.sh restart "$binary" "$dir" "$member" "$quota"
     started=$(date +%s.%N)
     local served=no
     for _ in $(seq 1 $POLLS_MAX); do
@@ -193,6 +199,11 @@ one_load() {
     local report
     report=$("$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
         put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size=256 --total="$load_puts" 2>&1)
+    if ! echo "$report" | grep -q " 99% in "; then
+        echo "a load gave no latencies; etcd's tool said:" >&2
+        echo "$report" | tail -20 >&2
+        return 1
+    fi
     echo "$(echo "$report" | awk '/ 99% in / {printf "%.0f", $3 * 1000}')" \
         "$(echo "$report" | awk '/Slowest:/ {printf "%.0f", $2 * 1000}')" \
         "$(echo "$report" | awk -F'[][]' '/^ *\[[0-9]+\]/ {n += $2} END {print n + 0}')"
@@ -217,7 +228,8 @@ load_row() {  # name row action
          printf '%.2f s' "$(echo "$(date +%s.%N) - $from" | bc)" > "$done") &
     fi
     while [ "$loads" -lt "$LOADS_MAX" ]; do
-        read -r -a figures <<< "$(one_load)"
+        read -r -a figures <<< "$(one_load || echo failed)"
+        [ "${figures[0]}" != failed ] || exit 1
         loads=$((loads + 1))
         p99s+=("${figures[0]}")
         [ "${figures[1]}" -gt "$longest" ] && longest=${figures[1]}
