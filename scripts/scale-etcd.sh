@@ -75,6 +75,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 keys=${1:-1000000}
 load_puts=${SCALE_LOAD_PUTS:-$((keys / 2))}
+rewrite_bytes=${SCALE_REWRITE_BYTES:-1024}
 quota=--quota-backend-bytes=${SCALE_QUOTA_BYTES:-8589934592}
 # etcd_tools, our_binaries
 source scripts/bench-tools.sh
@@ -219,7 +220,7 @@ QUIET_LOADS=3
 # median p99 and the worst, the longest put, failed puts summed, leader
 # changes, the loads and their time.
 load_row() {  # name row action
-    local name=$1 row=$2 action=$3 changes took=- started done longest=0 failed=0 loads=0 figures p99s=()
+    local name=$1 row=$2 action=$3 changes took=- started done longest=0 failed=0 loads=0 load figures p99s=()
     changes=$(leader_changes)
     done=$(mktemp)
     started=$(date +%s.%N)
@@ -228,8 +229,8 @@ load_row() {  # name row action
          printf '%.2f s' "$(echo "$(date +%s.%N) - $from" | bc)" > "$done") &
     fi
     while [ "$loads" -lt "$LOADS_MAX" ]; do
-        read -r -a figures <<< "$(one_load || echo failed)"
-        [ "${figures[0]}" != failed ] || exit 1
+        load=$(one_load) || exit 1
+        read -r -a figures <<< "$load"
         loads=$((loads + 1))
         p99s+=("${figures[0]}")
         [ "${figures[1]}" -gt "$longest" ] && longest=${figures[1]}
@@ -264,7 +265,7 @@ maintenance_rows() {  # name dir
     local name=$1 started revision leader before
     started=$(date +%s.%N)
     "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
-        put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size="${SCALE_REWRITE_BYTES:-1024}" --total="$keys" > /dev/null 2>&1
+        put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size="$rewrite_bytes" --total="$keys" > /dev/null 2>&1
     revision=$("$ETCDCTL_BIN" --endpoints=$endpoints endpoint status -w json | grep -o '"revision":[0-9]*' | head -1 | cut -d: -f2)
     printf '%-10s rewrite   %.0f s\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)"
     load_row "$name" quiet ""
