@@ -63,6 +63,48 @@ pub const COMPACTION_BATCH_LIMIT_MAX: usize = 100_000;
 /// (`docs/measurements.md`).
 pub const COMPACTION_CPU_PERCENT: u32 = 5;
 
+/// The share of a core compaction's steps take beside writes once the
+/// store is near its quota ([`QUOTA_PRESSURE_FULL_PERCENT`]): then the
+/// steps and the applies take turns. A store that reaches its quota
+/// refuses every write that adds data until an operator compacts,
+/// defragments and disarms the alarm, which is far worse for its clients
+/// than the latency a faster compaction adds. At ten million keys a
+/// compaction needs about a minute of a core; at 5 % it ran past nine
+/// minutes, while 1000 writers filled the last gigabytes of an 8 GiB
+/// quota (`docs/benchmarks.md`).
+pub const COMPACTION_CPU_PERCENT_MAX: u32 = 50;
+
+/// The share of its quota, in percent, a store fills before compaction's
+/// share of a core rises above [`COMPACTION_CPU_PERCENT`]: below half,
+/// a slow compaction has room to finish before the writes fill the rest.
+pub const QUOTA_PRESSURE_FROM_PERCENT: u64 = 50;
+
+/// The share of its quota, in percent, at which compaction's share
+/// reaches [`COMPACTION_CPU_PERCENT_MAX`]: the last tenth is what etcd's
+/// operators are warned about (its default alert fires at 80 to 90 %).
+pub const QUOTA_PRESSURE_FULL_PERCENT: u64 = 90;
+
+/// The share of a core, in percent, compaction's steps may take beside
+/// writes, for a store of `size` bytes on disk under a quota of `quota`
+/// bytes: [`COMPACTION_CPU_PERCENT`] up to [`QUOTA_PRESSURE_FROM_PERCENT`]
+/// of the quota, rising in a straight line to
+/// [`COMPACTION_CPU_PERCENT_MAX`] at [`QUOTA_PRESSURE_FULL_PERCENT`] and
+/// above. A quota of 0 is taken as none.
+pub fn compaction_cpu_percent(size: u64, quota: u64) -> u32 {
+    if quota == 0 {
+        return COMPACTION_CPU_PERCENT;
+    }
+    let used = (u128::from(size) * 100 / u128::from(quota)) as u64;
+    let (from, full) = (QUOTA_PRESSURE_FROM_PERCENT, QUOTA_PRESSURE_FULL_PERCENT);
+    let (low, high) = (u64::from(COMPACTION_CPU_PERCENT), u64::from(COMPACTION_CPU_PERCENT_MAX));
+    let share = match used {
+        used if used <= from => low,
+        used if used >= full => high,
+        used => low + (high - low) * (used - from) / (full - from),
+    };
+    share as u32
+}
+
 /// One queued part of a compaction.
 pub enum Job {
     /// Compacting the index at `at`, from the key after `after`, and what
@@ -216,6 +258,34 @@ mod tests {
     use crate::index::TreeIndex;
 
     const LIMIT: usize = COMPACTION_BATCH_LIMIT_DEFAULT;
+
+    // Goal: compaction keeps its small share until the store fills half
+    // its quota, then takes more in a straight line, up to the most at
+    // nine tenths and beyond; no quota leaves the small share.
+    #[test]
+    fn compaction_takes_more_of_a_core_near_the_quota() {
+        const GIB: u64 = 1 << 30;
+        let quota = 8 * GIB;
+        let at = |size| compaction_cpu_percent(size, quota);
+        assert_eq!(at(0), COMPACTION_CPU_PERCENT);
+        assert_eq!(at(4 * GIB), COMPACTION_CPU_PERCENT, "half the quota");
+        assert_eq!(
+            compaction_cpu_percent(700, 1000),
+            27,
+            "halfway between 5 and 50 % at 70 %"
+        );
+        assert_eq!(
+            compaction_cpu_percent(900, 1000),
+            COMPACTION_CPU_PERCENT_MAX,
+            "nine tenths"
+        );
+        assert_eq!(at(2 * quota), COMPACTION_CPU_PERCENT_MAX, "over the quota");
+        assert!((0..=100u64)
+            .map(|p| at(quota * p / 100))
+            .collect::<Vec<_>>()
+            .is_sorted());
+        assert_eq!(compaction_cpu_percent(u64::MAX, 0), COMPACTION_CPU_PERCENT, "no quota");
+    }
 
     fn index(keys: usize) -> TreeIndex {
         let mut index = TreeIndex::default();

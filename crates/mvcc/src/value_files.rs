@@ -48,7 +48,9 @@
 //! the newest holds less than [`RECLAIM_LIVE_PERCENT`] live bytes, its
 //! live blocks are rewritten into the newest file (store/compact.rs, a step at a
 //! time after the compaction), and once sled holds none of its pointers,
-//! durably, it is deleted. A defragmentation reclaims every file below
+//! durably, it is deleted. Files a compaction's removals leave wholly
+//! dead go while it still runs, [`DEAD_FILES_RECLAIM_MIN`] at a time, so
+//! that a long compaction gives space back as it goes. A defragmentation reclaims every file below
 //! [`DEFRAG_RECLAIM_LIVE_PERCENT`] live, so the store shrinks to about its
 //! bytes in use.
 
@@ -82,6 +84,15 @@ pub const RECLAIM_LIVE_PERCENT: u64 = 50;
 /// files nearly all live were most of the bytes a defragmentation under
 /// load moved (`docs/measurements.md`).
 pub const DEFRAG_RECLAIM_LIVE_PERCENT: u64 = 90;
+
+/// Wholly dead files (no live byte: nothing to move) a compaction still
+/// running waits for before it deletes them. Deleting needs sled made
+/// durable first (`sled::Db::flush`, under the store's state lock, as
+/// applies wait), so the flush is paid once per this many files, at most
+/// 256 MiB given back each time. A compaction of ten million revisions
+/// under steady writes ran for many minutes before its end gave anything
+/// back; the writes meanwhile filled an 8 GiB quota (`docs/benchmarks.md`).
+pub const DEAD_FILES_RECLAIM_MIN: usize = 4;
 
 /// Bytes of a pointer as sled stores it.
 pub const POINTER_BYTES: usize = 4 + 8 + 8 + 4 + 4;
@@ -364,6 +375,16 @@ impl ValueFiles {
         self.files
             .iter()
             .filter(|(number, usage)| Some(**number) != self.newest && usage.live * 100 < usage.length * percent)
+            .map(|(number, _)| *number)
+            .collect()
+    }
+
+    /// The files, other than the newest, in which no pointer sled holds
+    /// names a byte, oldest first: reclaiming them moves nothing.
+    pub fn dead(&self) -> Vec<u64> {
+        self.files
+            .iter()
+            .filter(|(number, usage)| Some(**number) != self.newest && usage.live == 0)
             .map(|(number, _)| *number)
             .collect()
     }

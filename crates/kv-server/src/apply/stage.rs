@@ -65,6 +65,9 @@ pub struct StageParts {
     /// The least pause between compaction steps
     /// (`--experimental-compaction-sleep-interval`).
     pub compaction_sleep: Duration,
+    /// `--quota-backend-bytes`: compaction takes more of a core as the
+    /// store nears it (mvcc's `compaction_cpu_percent`).
+    pub quota_bytes: u64,
 }
 
 /// Why an entry was refused before it reached the store.
@@ -219,14 +222,20 @@ impl Stage {
 
     /// The pause after a compaction step that took `took`: etcd's sleep
     /// interval, or, when entries were `applied` since the step before,
-    /// longer, so that steps take at most
-    /// `mvcc::compaction::COMPACTION_CPU_PERCENT` of a core beside the
-    /// writes. An idle member compacts as fast as etcd's.
+    /// longer, so that steps take at most their share of a core beside
+    /// the writes: `mvcc::compaction::COMPACTION_CPU_PERCENT`, more as the
+    /// store nears its quota (`compaction_cpu_percent`). An idle member
+    /// compacts as fast as etcd's.
     fn compaction_pause(&self, took: Duration, applied: bool) -> Duration {
         if !applied {
             return self.parts.compaction_sleep;
         }
-        let share = mvcc::pacing::pause_after(took, mvcc::compaction::COMPACTION_CPU_PERCENT);
+        // Its size on disk: sled's file and the value files' lengths, a
+        // few microseconds beside a step's millisecond. A failure to
+        // read it leaves the least share.
+        let size = self.parts.store.size_on_disk().unwrap_or(0);
+        let percent = mvcc::compaction::compaction_cpu_percent(size, self.parts.quota_bytes);
+        let share = mvcc::pacing::pause_after(took, percent);
         self.parts.compaction_sleep.max(share)
     }
 

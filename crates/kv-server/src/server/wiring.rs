@@ -129,7 +129,7 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
         local_id,
         (opened.dir, opened.store.clone(), opened.marker),
         node_sender.clone(),
-        config.experimental_compaction_sleep_interval,
+        config,
     );
     let stage = Stage::new(stage, world.clock.clone());
     let member = Arc::new(Member::new(MemberParts {
@@ -259,7 +259,7 @@ impl Shared {
         member_id: u64,
         (dir, store, marker): (DataDir, Arc<mvcc::Store>, Arc<SnapshotMarker>),
         node: SyncSender<NodeInput>,
-        compaction_sleep: std::time::Duration,
+        config: &Config,
     ) -> StageParts {
         StageParts {
             member_id,
@@ -275,7 +275,8 @@ impl Shared {
             auth: self.auth.clone(),
             stop: self.stop.clone(),
             node,
-            compaction_sleep,
+            compaction_sleep: config.experimental_compaction_sleep_interval,
+            quota_bytes: config.quota_backend_bytes,
         }
     }
 }

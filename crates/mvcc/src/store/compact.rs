@@ -17,6 +17,21 @@ pub(super) fn start_reclaim(state: &mut State, percent: u64) {
     }
 }
 
+/// Starts deleting the wholly dead value files while a compaction runs,
+/// once there are [`DEAD_FILES_RECLAIM_MIN`] of them (value_files.rs).
+/// Files only partly dead wait for the compaction's end: its later
+/// removals may empty them, and moving their blocks now could move what
+/// it is about to remove.
+pub(super) fn start_dead_reclaim(state: &mut State) {
+    let dead = state.values.dead();
+    if dead.len() >= DEAD_FILES_RECLAIM_MIN {
+        state.reclaim = Some(Reclaim {
+            files: dead.into_iter().collect(),
+            after: None,
+        });
+    }
+}
+
 /// One hash step: feeds `hasher` the stored revisions from `from` on,
 /// about `limit` of them, and returns the main revision it ended at: that
 /// of the `limit`-th stored at or after `from` (every sub-revision of it
@@ -156,9 +171,11 @@ impl Store {
     fn compact_step_locked(&self, state: &mut State) -> Result<bool> {
         let started = Instant::now();
         let limit = self.compaction_batch_limit.load(Ordering::Relaxed);
-        if state.compactions.is_empty() {
-            // What is left is reclaiming the space the compaction freed.
-            let more = state.reclaim.is_some() && self.reclaim_step(state)?;
+        if state.reclaim.is_some() || state.compactions.is_empty() {
+            // Reclaiming the space a compaction freed, at its end or while
+            // it runs (below), goes first: it is what gives space back.
+            let reclaiming = state.reclaim.is_some() && self.reclaim_step(state)?;
+            let more = reclaiming || !state.compactions.is_empty();
             self.compaction_queued.store(more, Ordering::Release);
             if let Some(observer) = self.observer.get() {
                 observer.compaction_step(false, 0, started.elapsed());
@@ -186,10 +203,14 @@ impl Store {
                 }
             }
         }
-        if state.compactions.is_empty() && state.reclaim.is_none() {
+        if state.compactions.is_empty() {
             // Its removals counted first: they are what leaves bytes dead.
             commit(&self.db.read(), &self.poisoned, state, self.observer.get())?;
             start_reclaim(state, RECLAIM_LIVE_PERCENT);
+        } else if kind.1 > 0 {
+            // Removals go in revision order, so the oldest files empty
+            // first; counted once committed (when the batch is due).
+            start_dead_reclaim(state);
         }
         let more = !state.compactions.is_empty() || state.reclaim.is_some();
         self.compaction_queued.store(more, Ordering::Release);
@@ -213,7 +234,12 @@ impl Store {
         // what is moved is sled's, with no commit first.
         let State { values, batch, .. } = &mut *state;
         let rewrites = batch.overlay.len();
-        let next = records::move_blocks(&db, values, &mut batch.overlay, &job.files, job.after.as_deref())?;
+        // Files no committed pointer names have nothing to move; looking
+        // would walk every block pointer in sled for nothing.
+        let next = match job.files.iter().all(|file| values.live(*file) == 0) {
+            true => None,
+            false => records::move_blocks(&db, values, &mut batch.overlay, &job.files, job.after.as_deref())?,
+        };
         // The last step commits whatever the batch rewrites: a block it
         // rewrites was skipped above, and sled must not keep a durable
         // pointer into the files once they go.

@@ -78,7 +78,7 @@ use crate::request::{
 use crate::revision::Revision;
 use crate::txn;
 use crate::validate;
-use crate::value_files::{self, Pointer, ValueFiles, RECLAIM_LIVE_PERCENT};
+use crate::value_files::{self, Pointer, ValueFiles, DEAD_FILES_RECLAIM_MIN, RECLAIM_LIVE_PERCENT};
 use crate::writes::Writes;
 
 /// Prefix of the space holding each lease's granted TTL.

@@ -459,6 +459,74 @@ fn value_files_a_compaction_emptied_are_reclaimed() {
     assert_eq!(everything(&store).len(), 300);
 }
 
+// Goal: while a compaction still runs, the value files its removals
+// have emptied are deleted once there are `DEAD_FILES_RECLAIM_MIN` of
+// them, before its end; every value is still read, and the store opens
+// again the same.
+// Method: each open starts a new file, so eight rounds of 25 new keys,
+// with a reopen after each, leave eight files; a ninth round overwrites
+// all 200 keys. Compacted 25 revisions a step (one round's file), with a
+// commit after each step as the idle apply stage does, the removals
+// empty one file a step, oldest first.
+#[test]
+fn dead_value_files_go_while_the_compaction_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv");
+    let put = |key: usize, round: usize| {
+        WriteRequest::Put(PutRequest {
+            key: format!("k{key:04}").into_bytes(),
+            value: vec![b'a' + round as u8; 1000],
+            ..PutRequest::default()
+        })
+    };
+    const ROUNDS: usize = 8;
+    const KEYS: usize = 25;
+    for round in 0..ROUNDS {
+        let store = Store::open(&path).unwrap();
+        let puts: Vec<_> = (round * KEYS..(round + 1) * KEYS).map(|key| put(key, round)).collect();
+        drop(store.apply(round as u64 + 1, &puts).unwrap());
+    }
+    let store = Store::open(&path).unwrap();
+    let overwrites: Vec<_> = (0..ROUNDS * KEYS).map(|key| put(key, ROUNDS)).collect();
+    drop(store.apply(ROUNDS as u64 + 1, &overwrites).unwrap());
+    store.commit().unwrap();
+    let rounds = value_file_numbers(&path);
+    assert_eq!(rounds.len(), ROUNDS + 1, "one file a round: {rounds:?}");
+    let expected = everything(&store);
+    store.set_compaction_batch_limit(KEYS);
+    let at = store.current_revision();
+    let compaction = WriteRequest::Compaction(CompactionRequest { revision: at });
+    drop(store.apply(ROUNDS as u64 + 2, &[compaction]).unwrap());
+    // (files on disk, whether compaction work was still queued) per step.
+    let mut seen = Vec::new();
+    for _ in 0..1000 {
+        let more = store.compact_step().unwrap();
+        store.commit().unwrap();
+        store.wait_for_unlinks();
+        let queued = !store.state.read().compactions.is_empty();
+        seen.push((value_file_numbers(&path).len(), queued));
+        if !more {
+            break;
+        }
+    }
+    assert_eq!(seen.last(), Some(&(1, false)), "only the last round's file is left");
+    let mid = seen
+        .iter()
+        .filter(|(files, queued)| *queued && *files == ROUNDS + 1 - DEAD_FILES_RECLAIM_MIN)
+        .count();
+    assert!(mid > 0, "dead files went before the compaction ended: {seen:?}");
+    assert!(
+        seen.iter()
+            .all(|(files, queued)| !queued || *files > ROUNDS + 1 - 2 * DEAD_FILES_RECLAIM_MIN),
+        "no more than one lot went while it ran (8 rounds): {seen:?}"
+    );
+    assert_eq!(everything(&store), expected);
+    assert!(directory_matches_sled(&store), "after deleting the dead files");
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(everything(&store), expected);
+}
+
 // Goal: a flipped bit in a value file is reported when the store
 // opens, not served.
 #[test]
