@@ -94,7 +94,7 @@ pub fn compaction_cpu_percent(size: u64, quota: u64) -> u32 {
     if quota == 0 {
         return COMPACTION_CPU_PERCENT;
     }
-    let used = (u128::from(size) * 100 / u128::from(quota)) as u64;
+    let used = (u128::from(size) * 100 / u128::from(quota)).min(100) as u64;
     let (from, full) = (QUOTA_PRESSURE_FROM_PERCENT, QUOTA_PRESSURE_FULL_PERCENT);
     let (low, high) = (u64::from(COMPACTION_CPU_PERCENT), u64::from(COMPACTION_CPU_PERCENT_MAX));
     let share = match used {

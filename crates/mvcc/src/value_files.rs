@@ -49,8 +49,8 @@
 //! live blocks are rewritten into the newest file (store/compact.rs, a step at a
 //! time after the compaction), and once sled holds none of its pointers,
 //! durably, it is deleted. Files a compaction's removals leave wholly
-//! dead go while it still runs, [`DEAD_FILES_RECLAIM_MIN`] at a time, so
-//! that a long compaction gives space back as it goes. A defragmentation reclaims every file below
+//! dead go while it still runs, once there are [`DEAD_FILES_RECLAIM_MIN`],
+//! so that a long compaction gives space back as it goes. A defragmentation reclaims every file below
 //! [`DEFRAG_RECLAIM_LIVE_PERCENT`] live, so the store shrinks to about its
 //! bytes in use.
 
@@ -88,10 +88,12 @@ pub const DEFRAG_RECLAIM_LIVE_PERCENT: u64 = 90;
 /// Wholly dead files (no live byte: nothing to move) a compaction still
 /// running waits for before it deletes them. Deleting needs sled made
 /// durable first (`sled::Db::flush`, under the store's state lock, as
-/// applies wait), so the flush is paid once per this many files, at most
-/// 256 MiB given back each time. A compaction of ten million revisions
-/// under steady writes ran for many minutes before its end gave anything
-/// back; the writes meanwhile filled an 8 GiB quota (`docs/benchmarks.md`).
+/// applies wait), so the flush is paid once per this many files or more
+/// (the removals are checked after each step, so usually this many: up
+/// to 256 MiB given back at a time). A compaction of ten million
+/// revisions under steady writes ran for many minutes before its end
+/// gave anything back; the writes meanwhile filled an 8 GiB quota
+/// (`docs/benchmarks.md`).
 pub const DEAD_FILES_RECLAIM_MIN: usize = 4;
 
 /// Bytes of a pointer as sled stores it.

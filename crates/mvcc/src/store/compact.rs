@@ -17,21 +17,6 @@ pub(super) fn start_reclaim(state: &mut State, percent: u64) {
     }
 }
 
-/// Starts deleting the wholly dead value files while a compaction runs,
-/// once there are [`DEAD_FILES_RECLAIM_MIN`] of them (value_files.rs).
-/// Files only partly dead wait for the compaction's end: its later
-/// removals may empty them, and moving their blocks now could move what
-/// it is about to remove.
-pub(super) fn start_dead_reclaim(state: &mut State) {
-    let dead = state.values.dead();
-    if dead.len() >= DEAD_FILES_RECLAIM_MIN {
-        state.reclaim = Some(Reclaim {
-            files: dead.into_iter().collect(),
-            after: None,
-        });
-    }
-}
-
 /// One hash step: feeds `hasher` the stored revisions from `from` on,
 /// about `limit` of them, and returns the main revision it ended at: that
 /// of the `limit`-th stored at or after `from` (every sub-revision of it
@@ -171,11 +156,9 @@ impl Store {
     fn compact_step_locked(&self, state: &mut State) -> Result<bool> {
         let started = Instant::now();
         let limit = self.compaction_batch_limit.load(Ordering::Relaxed);
-        if state.reclaim.is_some() || state.compactions.is_empty() {
-            // Reclaiming the space a compaction freed, at its end or while
-            // it runs (below), goes first: it is what gives space back.
-            let reclaiming = state.reclaim.is_some() && self.reclaim_step(state)?;
-            let more = reclaiming || !state.compactions.is_empty();
+        if state.compactions.is_empty() {
+            // What is left is reclaiming the space the compaction freed.
+            let more = state.reclaim.is_some() && self.reclaim_step(state)?;
             self.compaction_queued.store(more, Ordering::Release);
             if let Some(observer) = self.observer.get() {
                 observer.compaction_step(false, 0, started.elapsed());
@@ -203,14 +186,14 @@ impl Store {
                 }
             }
         }
-        if state.compactions.is_empty() {
+        if state.compactions.is_empty() && state.reclaim.is_none() {
             // Its removals counted first: they are what leaves bytes dead.
             commit(&self.db.read(), &self.poisoned, state, self.observer.get())?;
             start_reclaim(state, RECLAIM_LIVE_PERCENT);
         } else if kind.1 > 0 {
             // Removals go in revision order, so the oldest files empty
             // first; counted once committed (when the batch is due).
-            start_dead_reclaim(state);
+            self.retire_dead_files(state)?;
         }
         let more = !state.compactions.is_empty() || state.reclaim.is_some();
         self.compaction_queued.store(more, Ordering::Release);
@@ -218,6 +201,27 @@ impl Store {
             observer.compaction_step(kind.0, kind.1, started.elapsed());
         }
         Ok(more)
+    }
+
+    /// Deletes the value files a running compaction's removals left
+    /// wholly dead, once there are at least [`DEAD_FILES_RECLAIM_MIN`]
+    /// (value_files.rs). Their live bytes count what sled holds as
+    /// committed, so none of its pointers names them; once sled's state
+    /// is durable, none it may recover does. Nothing to move, so this is
+    /// one flush of sled. Files only partly dead wait for the
+    /// compaction's end: its later removals may empty them, and moving
+    /// their blocks now could move what it is about to remove.
+    fn retire_dead_files(&self, state: &mut State) -> Result<()> {
+        let dead = state.values.dead();
+        if dead.len() < DEAD_FILES_RECLAIM_MIN {
+            return Ok(());
+        }
+        self.db.read().flush()?;
+        for file in dead {
+            // A pending reclaim naming it finds it gone, and moves nothing.
+            state.values.retire(file);
+        }
+        Ok(())
     }
 
     /// One step of the reclaim under way (value_files.rs): moves about
@@ -276,9 +280,12 @@ impl Store {
             let mut state = self.state.write();
             commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
             state.values.seal();
-            if state.reclaim.is_none() {
-                start_reclaim(&mut state, value_files::DEFRAG_RECLAIM_LIVE_PERCENT);
-            }
+            // A reclaim under way (a compaction's, begun since the queue
+            // was finished) names files among these: none was the newest
+            // when it began, so their live bytes have only fallen since.
+            // It starts again with all of them.
+            state.reclaim = None;
+            start_reclaim(&mut state, value_files::DEFRAG_RECLAIM_LIVE_PERCENT);
         }
         loop {
             let started = Instant::now();
@@ -296,7 +303,23 @@ impl Store {
     /// Does every step of the queued compaction work, and waits for the
     /// files it retired to be unlinked.
     pub fn finish_compactions(&self) -> Result<()> {
-        while self.compact_step()? {}
+        self.finish_compactions_paced(100)
+    }
+
+    /// [`Store::finish_compactions`], pausing after each step so that the
+    /// steps take at most `percent` of a core (100: no pause), beside the
+    /// apply stage's own paced steps.
+    pub fn finish_compactions_paced(&self, percent: u32) -> Result<()> {
+        loop {
+            let started = Instant::now();
+            if !self.compact_step()? {
+                break;
+            }
+            let pause = pacing::pause_after(started.elapsed(), percent);
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
+            }
+        }
         self.wait_for_unlinks();
         Ok(())
     }

@@ -21,8 +21,10 @@ impl Store {
     pub fn defragment_as(&self, copy: SledCopy) -> Result<()> {
         self.check_usable()?;
         let mut generation = self.generation.lock();
-        // What a compaction queued is not kept, only to be removed after.
-        self.finish_compactions()?;
+        // What a compaction queued is not kept, only to be removed after;
+        // its steps paced as the defragmentation's own, since etcd's
+        // runbook compacts and defragments at once ("compact, defrag").
+        self.finish_compactions_paced(defrag::DEFRAG_CPU_PERCENT)?;
         self.reclaim_all()?;
         // Crash tests stop the process here, the value files reclaimed.
         fail::fail_point!("mvcc::defrag_reclaimed", |_| std::process::abort());
