@@ -9,7 +9,7 @@
 #   scripts/local-cluster.sh endpoints
 # Members: infra1 (clients 2379, peers 2380), infra2 (22379, 22380),
 # infra3 (32379, 32380). Data and logs go under DIR; pids in DIR/pids.
-# `start` waits (at most 30 s) until every member reports healthy.
+# `start` waits (at most 120 s) until every member reports healthy.
 # With TLS_DIR set to a directory scripts/make-certs.sh filled, client and
 # peer URLs are https:// with certificate auth on both. With MEMBER_CPUS
 # set (a taskset CPU list), the members start bound to those CPUs, so
