@@ -71,13 +71,25 @@ pub const DEFRAG_SLED_BLOAT_RATIO: u64 = 4;
 pub const DEFRAG_SLED_SLACK_BYTES: u64 = 16 << 20;
 
 /// The share of a core, in percent, a defragmentation's steps (the
-/// reclaim's and the copy's) may take: after each it pauses so long that
-/// they take at most this share of the time. A copy at full speed took
-/// CPU from the member's applies and clients on a loaded 2-core machine,
-/// and at half a core still raised put p99 well above the quiet one; a
-/// quarter of a core makes a defragmentation about twice as long as at
-/// half (figures: `docs/measurements.md`).
-pub const DEFRAG_CPU_PERCENT: u32 = 25;
+/// reclaim's, the copy's, and the queued compaction work it finishes
+/// first) may take while the member applies writes: after each it pauses
+/// so long that they take at most this share of the time. A copy at full
+/// speed took CPU from the member's applies and clients on a loaded
+/// 2-core machine, and at half a core still raised put p99 well above
+/// the quiet one. A quarter of a core, with about 270 MB of value files
+/// to rewrite at a million keys, raised the leader's put p99 1.83 times
+/// under 1000 writers; a twentieth is compaction's share
+/// (`compaction::COMPACTION_CPU_PERCENT`), whose p99 stayed within about
+/// 1.2 times (figures: `docs/measurements.md`). A defragmentation under
+/// load is then slower, and nobody waits for it but its caller.
+pub const DEFRAG_CPU_PERCENT: u32 = 5;
+
+/// The share of a core, in percent, a defragmentation's steps take while
+/// no entry is applied between them: an idle member defragments as fast
+/// as half a core allows, the other half left to raft's heartbeats and
+/// to the first writes that come, which bring the share back to
+/// [`DEFRAG_CPU_PERCENT`] after the step under way.
+pub const DEFRAG_IDLE_CPU_PERCENT: u32 = 50;
 
 /// How far the copy has come.
 pub enum Cursor {

@@ -287,6 +287,7 @@ impl Store {
             state.reclaim = None;
             start_reclaim(&mut state, value_files::DEFRAG_RECLAIM_LIVE_PERCENT);
         }
+        let mut pace = self.defrag_pace();
         loop {
             let started = Instant::now();
             let mut state = self.state.write();
@@ -296,29 +297,25 @@ impl Store {
                 self.wait_for_unlinks();
                 return Ok(());
             }
-            std::thread::sleep(pacing::pause_after(started.elapsed(), defrag::DEFRAG_CPU_PERCENT));
+            self.defrag_pause(&mut pace, started.elapsed());
         }
     }
 
     /// Does every step of the queued compaction work, and waits for the
     /// files it retired to be unlinked.
     pub fn finish_compactions(&self) -> Result<()> {
-        self.finish_compactions_paced(100)
+        self.finish_compactions_paced(|_| {})
     }
 
-    /// [`Store::finish_compactions`], pausing after each step so that the
-    /// steps take at most `percent` of a core (100: no pause), beside the
-    /// apply stage's own paced steps.
-    pub fn finish_compactions_paced(&self, percent: u32) -> Result<()> {
+    /// [`Store::finish_compactions`], calling `pause` with each step's
+    /// time after it, beside the apply stage's own paced steps.
+    pub(super) fn finish_compactions_paced(&self, mut pause: impl FnMut(Duration)) -> Result<()> {
         loop {
             let started = Instant::now();
             if !self.compact_step()? {
                 break;
             }
-            let pause = pacing::pause_after(started.elapsed(), percent);
-            if !pause.is_zero() {
-                std::thread::sleep(pause);
-            }
+            pause(started.elapsed());
         }
         self.wait_for_unlinks();
         Ok(())

@@ -24,7 +24,8 @@ impl Store {
         // What a compaction queued is not kept, only to be removed after;
         // its steps paced as the defragmentation's own, since etcd's
         // runbook compacts and defragments at once ("compact, defrag").
-        self.finish_compactions_paced(defrag::DEFRAG_CPU_PERCENT)?;
+        let mut pace = self.defrag_pace();
+        self.finish_compactions_paced(|took| self.defrag_pause(&mut pace, took))?;
         self.reclaim_all()?;
         // Crash tests stop the process here, the value files reclaimed.
         fail::fail_point!("mvcc::defrag_reclaimed", |_| std::process::abort());
@@ -68,6 +69,7 @@ impl Store {
             commit(&self.db.read(), &self.poisoned, &mut state, self.observer.get())?;
             state.copying = Some(Copying::new(fresh.clone()));
         }
+        let mut pace = self.defrag_pace();
         loop {
             let started = Instant::now();
             let mut state = self.state.write();
@@ -78,11 +80,36 @@ impl Store {
             if complete {
                 break;
             }
-            std::thread::sleep(pacing::pause_after(started.elapsed(), defrag::DEFRAG_CPU_PERCENT));
+            self.defrag_pause(&mut pace, started.elapsed());
         }
         // Most of the flush, outside the lock; the switch flushes the rest.
         fresh.flush()?;
         defrag::sync_tree(dir)
+    }
+
+    /// Where a defragmentation's pacing starts: the entries applied so
+    /// far.
+    pub(super) fn defrag_pace(&self) -> DefragPace {
+        DefragPace {
+            applied: self.consistent_index(),
+        }
+    }
+
+    /// Sleeps after a defragmentation's step that took `took`, so that its
+    /// steps take [`defrag::DEFRAG_CPU_PERCENT`] of a core if entries were
+    /// applied since the step before, [`defrag::DEFRAG_IDLE_CPU_PERCENT`]
+    /// if none were.
+    pub(super) fn defrag_pause(&self, pace: &mut DefragPace, took: Duration) {
+        let applied = self.consistent_index();
+        let percent = match applied == pace.applied {
+            true => defrag::DEFRAG_IDLE_CPU_PERCENT,
+            false => defrag::DEFRAG_CPU_PERCENT,
+        };
+        pace.applied = applied;
+        let pause = pacing::pause_after(took, percent);
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
     }
 
     /// Whether sled's files hold so much more than its items that a
@@ -137,4 +164,10 @@ impl Store {
 fn copy_forced() -> bool {
     fail::fail_point!("mvcc::defrag_copy_sled", |_| true);
     false
+}
+
+/// How far a defragmentation's pacing has seen the member apply
+/// ([`Store::defrag_pause`]).
+pub(super) struct DefragPace {
+    applied: u64,
 }
