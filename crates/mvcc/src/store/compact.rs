@@ -17,6 +17,21 @@ pub(super) fn start_reclaim(state: &mut State, percent: u64) {
     }
 }
 
+/// Makes sled's state durable, then retires those of `files` no pointer
+/// in it names (value_files.rs): once it is durable, no pointer sled may
+/// recover names them. A file still holding live bytes is kept, and
+/// logged.
+fn retire_once_durable(db: &sled::Db, state: &mut State, files: impl IntoIterator<Item = u64>) -> Result<()> {
+    db.flush()?;
+    for file in files {
+        match state.values.live(file) {
+            0 => state.values.retire(file),
+            live => tracing::warn!(file, live, "a reclaimed value file still holds live bytes; kept"),
+        }
+    }
+    Ok(())
+}
+
 /// One hash step: feeds `hasher` the stored revisions from `from` on,
 /// about `limit` of them, and returns the main revision it ended at: that
 /// of the `limit`-th stored at or after `from` (every sub-revision of it
@@ -216,12 +231,8 @@ impl Store {
         if dead.len() < DEAD_FILES_RECLAIM_MIN {
             return Ok(());
         }
-        self.db.read().flush()?;
-        for file in dead {
-            // A pending reclaim naming it finds it gone, and moves nothing.
-            state.values.retire(file);
-        }
-        Ok(())
+        // A pending reclaim naming one finds it gone, and moves nothing.
+        retire_once_durable(&self.db.read(), state, dead)
     }
 
     /// One step of the reclaim under way (value_files.rs): moves about
@@ -258,15 +269,7 @@ impl Store {
             });
             return Ok(true);
         }
-        // Once sled's state is durable, no pointer it may recover names
-        // the files.
-        db.flush()?;
-        for file in job.files {
-            match state.values.live(file) {
-                0 => state.values.retire(file),
-                live => tracing::warn!(file, live, "a reclaimed value file still holds live bytes; kept"),
-            }
-        }
+        retire_once_durable(&db, state, job.files)?;
         Ok(false)
     }
 

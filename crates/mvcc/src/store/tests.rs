@@ -378,6 +378,16 @@ fn everything(store: &Store) -> Vec<KeyValue> {
     store.range(&all).unwrap().kvs
 }
 
+/// A put of key `k<key>` with a 1 KiB value of round `round`'s letter
+/// (four such values fill a block).
+fn round_put(key: usize, round: usize) -> WriteRequest {
+    WriteRequest::Put(PutRequest {
+        key: format!("k{key:04}").into_bytes(),
+        value: vec![b'a' + round as u8; 1000],
+        ..PutRequest::default()
+    })
+}
+
 // Goal: a value file a compaction left mostly dead is reclaimed: its
 // live blocks move to the newest file and it is deleted, with every
 // value still read, counted and kept across a reopen; a file left
@@ -390,24 +400,17 @@ fn everything(store: &Store) -> Vec<KeyValue> {
 fn value_files_a_compaction_emptied_are_reclaimed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kv");
-    let put = |key: usize, round: usize| {
-        WriteRequest::Put(PutRequest {
-            key: format!("k{key:04}").into_bytes(),
-            value: vec![b'a' + round as u8; 1000],
-            ..PutRequest::default()
-        })
-    };
     let store = Store::open(&path).unwrap();
     drop(
         store
-            .apply(1, &(0..300).map(|key| put(key, 0)).collect::<Vec<_>>())
+            .apply(1, &(0..300).map(|key| round_put(key, 0)).collect::<Vec<_>>())
             .unwrap(),
     );
     drop(store);
     let store = Store::open(&path).unwrap();
     drop(
         store
-            .apply(2, &(0..200).map(|key| put(key, 1)).collect::<Vec<_>>())
+            .apply(2, &(0..200).map(|key| round_put(key, 1)).collect::<Vec<_>>())
             .unwrap(),
     );
     store.flush().unwrap();
@@ -443,7 +446,7 @@ fn value_files_a_compaction_emptied_are_reclaimed() {
     // Everything overwritten and compacted: both files are dead.
     drop(
         store
-            .apply(4, &(0..300).map(|key| put(key, 2)).collect::<Vec<_>>())
+            .apply(4, &(0..300).map(|key| round_put(key, 2)).collect::<Vec<_>>())
             .unwrap(),
     );
     let at = store.current_revision();
@@ -472,22 +475,17 @@ fn value_files_a_compaction_emptied_are_reclaimed() {
 fn dead_value_files_go_while_the_compaction_runs() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kv");
-    let put = |key: usize, round: usize| {
-        WriteRequest::Put(PutRequest {
-            key: format!("k{key:04}").into_bytes(),
-            value: vec![b'a' + round as u8; 1000],
-            ..PutRequest::default()
-        })
-    };
     const ROUNDS: usize = 8;
     const KEYS: usize = 25;
     for round in 0..ROUNDS {
         let store = Store::open(&path).unwrap();
-        let puts: Vec<_> = (round * KEYS..(round + 1) * KEYS).map(|key| put(key, round)).collect();
+        let puts: Vec<_> = (round * KEYS..(round + 1) * KEYS)
+            .map(|key| round_put(key, round))
+            .collect();
         drop(store.apply(round as u64 + 1, &puts).unwrap());
     }
     let store = Store::open(&path).unwrap();
-    let overwrites: Vec<_> = (0..ROUNDS * KEYS).map(|key| put(key, ROUNDS)).collect();
+    let overwrites: Vec<_> = (0..ROUNDS * KEYS).map(|key| round_put(key, ROUNDS)).collect();
     drop(store.apply(ROUNDS as u64 + 1, &overwrites).unwrap());
     store.commit().unwrap();
     let rounds = value_file_numbers(&path);
