@@ -266,17 +266,22 @@ db_size_mb() {  # endpoint
         "$(echo "$status" | grep -o '"dbSizeInUse":[0-9]*' | awk -F: '{printf "%.0f", $2 / 1048576}')"
 }
 
+# The cluster's current revision.
+current_revision() {
+    "$ETCDCTL_BIN" --endpoints=$endpoints endpoint status -w json | grep -o '"revision":[0-9]*' | head -1 | cut -d: -f2
+}
+
 maintenance_rows() {  # name dir
     local name=$1 started revision leader before
     started=$(date +%s.%N)
     "$ETCD_BENCHMARK_BIN" --endpoints=$endpoints --target-leader --conns=100 --clients=1000 \
         put --key-size=8 --sequential-keys --key-space-size="$keys" --val-size="$rewrite_bytes" --total="$keys" > /dev/null 2>&1
-    revision=$("$ETCDCTL_BIN" --endpoints=$endpoints endpoint status -w json | grep -o '"revision":[0-9]*' | head -1 | cut -d: -f2)
+    revision=$(current_revision)
     printf '%-10s rewrite   %.0f s\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)"
     load_row "$name" quiet ""
     load_row "$name" compact "'$ETCDCTL_BIN' --endpoints=$endpoints --command-timeout=600s compact --physical $revision"
     load_row "$name" settled ""
-    revision=$("$ETCDCTL_BIN" --endpoints=$endpoints endpoint status -w json | grep -o '"revision":[0-9]*' | head -1 | cut -d: -f2)
+    revision=$(current_revision)
     started=$(date +%s.%N)
     "$ETCDCTL_BIN" --endpoints=$endpoints --command-timeout=600s compact --physical "$revision" > /dev/null
     printf '%-10s recompact %.0f s, unloaded, at revision %s\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)" "$revision"
