@@ -35,7 +35,7 @@ use crate::error::{Error, RequestError};
 use crate::halt::Fatal;
 use crate::membership::conf_change_refused;
 use crate::raft::events::Events;
-use crate::raft::input::{NodeInput, Outbox};
+use crate::raft::input::{NodeInput, Outbox, ReadWaiter};
 use crate::raft::log::RaftLog;
 use crate::raft::read_index::ReadIndexQueue;
 use crate::raft::status::RaftStatus;
@@ -330,7 +330,7 @@ impl Node {
             {
                 let index = raft.raft_log.committed;
                 if let Some(waiters) = self.reads.answered(&context) {
-                    self.send_apply(ApplyInput::Read { index, waiters });
+                    self.release_reads(index, waiters);
                 }
             } else {
                 self.raw.read_index(context);
