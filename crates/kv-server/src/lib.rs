@@ -32,6 +32,9 @@
 //!   certificate names.
 //! - [`metrics`]: etcd's Prometheus metrics; [`logging`]: etcd's log
 //!   lines (zap's JSON).
+//! - [`connection_info`]: what each request carries of its client
+//!   connection (identity, address, gateway stream bound), one shared
+//!   value per connection.
 //! - [`clock`]: the time, and [`entropy`]: randomness, each behind a seam
 //!   a simulator can fill; [`driver`]: the seams the `simulator` crate
 //!   runs whole members through;
@@ -57,6 +60,7 @@ pub(crate) mod auth;
 pub(crate) mod broken;
 pub(crate) mod clock;
 pub mod config;
+pub(crate) mod connection_info;
 pub mod driver;
 pub(crate) mod entropy;
 pub(crate) mod error;

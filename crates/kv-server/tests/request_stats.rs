@@ -115,6 +115,9 @@ fn slow_calls_are_logged_as_etcd_logs_them() {
         for key in ["start time", "time spent", "remote"] {
             assert!(our.get(key).is_some(), "{method}: no {key:?} in {our}");
         }
+        // The client's own address, as etcd logs it, not a placeholder.
+        let remote = our["remote"].as_str().unwrap_or_default();
+        assert!(remote.starts_with("127.0.0.1:"), "{method}: remote {remote:?}");
         for key in COMPARED {
             assert_eq!(our[key], their[key], "{method}: {key:?}");
         }

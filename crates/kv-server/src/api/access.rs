@@ -16,14 +16,14 @@
 
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 
 use crate::api::gateway::errors::plain;
+use crate::connection_info::ConnectionInfo;
 use crate::member::core::Member;
-use crate::tls::ClientIdentity;
 
 /// The client port's HTTP policy, from the member's flags.
 pub struct AccessPolicy {
@@ -182,10 +182,8 @@ async fn drain(request: Request) {
 /// The middleware: the checks of this module's doc around the request.
 pub async fn control(State(policy): State<Arc<AccessPolicy>>, mut request: Request, next: Next) -> Response {
     rewrite_v3beta(&mut request);
-    let identity = request
-        .extensions()
-        .get::<ConnectInfo<ClientIdentity>>()
-        .map(|info| info.0.clone())
+    let identity = ConnectionInfo::of(request.extensions())
+        .map(|info| info.identity.clone())
         .unwrap_or_default();
     if !identity.tls {
         let host = hostname(&request);

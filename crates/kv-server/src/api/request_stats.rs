@@ -24,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use prost::Message;
 
+use crate::connection_info::ConnectionInfo;
 use crate::proto::etcdserverpb as pb;
 
 /// What a KV call asked and answered, for its line.
@@ -47,11 +48,6 @@ pub fn started(extensions: &axum::http::Extensions) -> Instant {
     extensions.get::<CallStarted>().map_or_else(Instant::now, |at| at.0)
 }
 
-/// The address a client connection comes from, in each request's
-/// extensions (`server/client_port.rs`).
-#[derive(Debug, Clone, Copy)]
-pub struct Remote(pub SocketAddr);
-
 /// One call's timing, started as the call reaches its service
 /// (`api::grpc`): [`SlowLog::end`] logs the call if it was slower than
 /// the threshold and is unary (a stream's handler returns at once, its
@@ -59,7 +55,7 @@ pub struct Remote(pub SocketAddr);
 pub struct SlowLog {
     threshold: Duration,
     uri: axum::http::Uri,
-    remote: Option<Remote>,
+    remote: Option<SocketAddr>,
     started: Instant,
 }
 
@@ -72,7 +68,7 @@ impl SlowLog {
         SlowLog {
             threshold,
             uri: request.uri().clone(),
-            remote: request.extensions().get::<Remote>().copied(),
+            remote: ConnectionInfo::of(request.extensions()).map(|info| info.remote),
             started,
         }
     }
@@ -95,7 +91,7 @@ impl SlowLog {
         tracing::warn!(
             "start time" = %crate::logging::timestamp(start_time),
             "time spent" = %crate::logging::go_duration(spent),
-            remote = self.remote.map_or_else(|| "No remote client info.".to_string(), |r| r.0.to_string()),
+            remote = self.remote.map_or_else(|| "No remote client info.".to_string(), |r| r.to_string()),
             "response type" = self.uri.path(),
             "request count" = counts[0],
             "request size" = counts[1],

@@ -11,18 +11,17 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
 use tonic::metadata::MetadataMap;
 
 use crate::auth::perms::Access;
 use crate::auth::state::AuthState;
 use crate::auth::tokens::token_index;
 use crate::auth::Caller;
+use crate::connection_info::ConnectionInfo;
 use crate::error::RequestError;
 use crate::member::core::Member;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::{auth_request, raft_request, AuthRequest, AuthenticateRecord};
-use crate::tls::ClientIdentity;
 
 /// How long a token made at a raft index this member has not applied yet
 /// may wait for it: a login through another member reaches this one
@@ -201,8 +200,8 @@ impl Member {
             return self.token_user(token).await;
         }
         if self.config.tls.client_cert_auth {
-            let identity = extensions.get::<ConnectInfo<ClientIdentity>>();
-            if let Some(name) = identity.and_then(|info| info.0.common_name.clone()) {
+            let identity = ConnectionInfo::of(extensions).map(|info| &info.identity);
+            if let Some(name) = identity.and_then(|identity| identity.common_name.clone()) {
                 return Ok(name);
             }
         }

@@ -6,9 +6,9 @@
 //! never gets a gRPC answer, and a gRPC client never meets the HTTP
 //! routes.
 //!
-//! Each connection's requests carry who the connection is
-//! (`ConnectInfo<ClientIdentity>`) and the connection's own bound on
-//! gateway streams (`ConnectionStreams`).
+//! Each connection's requests carry one shared value of what the
+//! connection is (`connection_info`): who, from where, and its own bound
+//! on gateway streams.
 //!
 //! With `--listen-client-http-urls` set, etcd splits the two sides
 //! ([`Traffic`]): the client URLs serve gRPC only (HTTP/2 only, and every
@@ -26,9 +26,10 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::http::{header, Version};
 use axum::response::Response;
 use axum::Router;
@@ -38,10 +39,10 @@ use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use tower::ServiceExt;
 
-use crate::api::gateway::ConnectionStreams;
+use crate::api::gateway::gateway_streams;
 use crate::api::grpc::{CallFuture, GrpcServices};
-use crate::api::request_stats::Remote;
 use crate::config::Config;
+use crate::connection_info::ConnectionInfo;
 use crate::server::listener::BoundedListener;
 use crate::server::ping_policy::PingPoliced;
 use crate::tls::ClientIdentity;
@@ -192,9 +193,7 @@ fn is_grpc(request: &Request<Incoming>) -> bool {
 pub struct ClientConnection {
     port: ClientPort,
     traffic: Traffic,
-    identity: ClientIdentity,
-    remote: Remote,
-    streams: ConnectionStreams,
+    info: Arc<ConnectionInfo>,
 }
 
 /// hyper's service, called by reference for each request: the
@@ -210,10 +209,7 @@ impl hyper::service::Service<Request<Incoming>> for ClientConnection {
     type Future = CallFuture;
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
-        let extensions = request.extensions_mut();
-        extensions.insert(ConnectInfo(self.identity.clone()));
-        extensions.insert(self.remote);
-        extensions.insert(self.streams.clone());
+        request.extensions_mut().insert(self.info.clone());
         let grpc = match self.traffic {
             Traffic::GrpcAndHttp => is_grpc(&request),
             Traffic::Grpc => true,
@@ -254,9 +250,7 @@ impl ClientPort {
         ClientConnection {
             port: self.clone(),
             traffic,
-            identity,
-            remote: Remote(remote),
-            streams: ConnectionStreams::default(),
+            info: ConnectionInfo::shared(identity, remote, gateway_streams()),
         }
     }
 }

@@ -57,6 +57,7 @@ use crate::api::gateway::call::Call;
 use crate::api::gateway::gojson::Next;
 use crate::api::grpc::GrpcServices;
 use crate::config::GRPC_OVERHEAD_BYTES;
+use crate::connection_info::ConnectionInfo;
 
 /// Gateway streams (Watch, LeaseKeepAlive, Observe, Snapshot) open on a
 /// member at once. Each holds a task, a queue of at most
@@ -114,15 +115,10 @@ static ROUTES: LazyLock<HashMap<&'static str, Route>> = LazyLock::new(|| {
         .collect()
 });
 
-/// The per-connection bound on streams, which the client port puts in
-/// each request's extensions.
-#[derive(Clone)]
-pub struct ConnectionStreams(pub Arc<Semaphore>);
-
-impl Default for ConnectionStreams {
-    fn default() -> ConnectionStreams {
-        ConnectionStreams(Arc::new(Semaphore::new(GATEWAY_STREAMS_PER_CONNECTION)))
-    }
+/// A new connection's bound on streams, which the client port puts in
+/// each request's extensions (`connection_info`).
+pub fn gateway_streams() -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(GATEWAY_STREAMS_PER_CONNECTION))
 }
 
 pub struct Gateway {
@@ -216,7 +212,7 @@ async fn serve(State(gateway): State<Arc<Gateway>>, request: Request) -> Respons
             }
         },
     };
-    let connection = request.extensions().get::<ConnectionStreams>().cloned();
+    let connection = ConnectionInfo::of(request.extensions()).map(|info| info.gateway_streams.clone());
     let body = if overridden.is_some() {
         Body::empty()
     } else {
@@ -243,10 +239,10 @@ async fn serve(State(gateway): State<Arc<Gateway>>, request: Request) -> Respons
     }
 }
 
-fn take_stream_permits(gateway: &Gateway, connection: Option<ConnectionStreams>) -> Option<[OwnedSemaphorePermit; 2]> {
+fn take_stream_permits(gateway: &Gateway, connection: Option<Arc<Semaphore>>) -> Option<[OwnedSemaphorePermit; 2]> {
     let member = gateway.streams.clone().try_acquire_owned().ok()?;
-    let connection = connection.unwrap_or_default();
-    let connection = connection.0.try_acquire_owned().ok()?;
+    let connection = connection.unwrap_or_else(gateway_streams);
+    let connection = connection.try_acquire_owned().ok()?;
     Some([member, connection])
 }
 
