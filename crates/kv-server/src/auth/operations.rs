@@ -200,8 +200,7 @@ impl Member {
             return self.token_user(token).await;
         }
         if self.config.tls.client_cert_auth {
-            let identity = ConnectionInfo::of(extensions).map(|info| &info.identity);
-            if let Some(name) = identity.and_then(|identity| identity.common_name.clone()) {
+            if let Some(name) = ConnectionInfo::of(extensions).and_then(|info| info.identity.common_name.clone()) {
                 return Ok(name);
             }
         }
