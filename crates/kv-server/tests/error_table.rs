@@ -257,6 +257,34 @@ async fn once_healthy<T, F: std::future::Future<Output = Result<T, tonic::Status
     }
 }
 
+/// Waits, at most [`HEALTHY_WITHIN`], until every member of `cluster`
+/// lists member `id`. The next reconfiguration must not reach a leader
+/// that has not applied this one yet: raft turns a conf change proposed
+/// while another is unapplied into an empty entry, and etcd's caller then
+/// waits for an answer that never comes (a CI run saw etcd time out so).
+async fn listed_everywhere(cluster: &common::Cluster, id: u64) {
+    use kv_server::proto::etcdserverpb::cluster_client::ClusterClient;
+    let deadline = std::time::Instant::now() + HEALTHY_WITHIN;
+    for member in &cluster.members {
+        let channel = common::connect(&member.endpoint(), Duration::from_secs(5))
+            .await
+            .expect("connect");
+        let mut client = ClusterClient::new(channel);
+        loop {
+            let list = client
+                .member_list(pb::MemberListRequest { linearizable: false })
+                .await
+                .expect("list")
+                .into_inner();
+            if list.members.iter().any(|m| m.id == id) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "member {id} never listed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 /// How long a cluster just started may stay "unhealthy" for
 /// reconfiguration: etcd's 5 s health interval, and some.
 const HEALTHY_WITHIN: Duration = Duration::from_secs(15);
@@ -315,6 +343,7 @@ async fn membership_rows(binary: &std::path::Path, base: u16) -> Vec<(Code, Stri
     .member
     .expect("the member added")
     .id;
+    listed_everywhere(&cluster, learner).await;
     let taken = format!("http://127.0.0.1:{}", base + 1);
     row(members.member_add(add(vec![taken], false)).await.map(drop));
     let another = add(vec![format!("http://127.0.0.1:{}", base + 41)], true);
