@@ -8,12 +8,19 @@
 //!
 //! 1. a [`Job::Index`]: compacting the index's histories at `R`, a few
 //!    keys at a time (`TreeIndex::compact_some`); compacting a history at
-//!    `R` changes no read at or after `R`. It gathers what the next two
-//!    need, and becomes them when it reaches the last key:
-//! 2. a [`Job::Hash`]: the hash etcd takes at compaction (hash.rs), over
-//!    the stored revisions at or below `R`, before any is removed;
-//! 3. a [`Job::Remove`]: removing from storage the revisions the index
-//!    dropped.
+//!    `R` changes no read at or after `R`. It gathers what the next job
+//!    needs, and becomes it when it reaches the last key:
+//! 2. a [`Job::Hash`]: one walk over the stored revisions at or below `R`
+//!    in revision order, as etcd's compaction walks them: each step feeds
+//!    the hash etcd takes at compaction (hash.rs) its revisions, then
+//!    removes from storage those of them the index dropped. The hash sees
+//!    every revision before it is removed, and space comes back from the
+//!    first step, not after a whole pass of hashing: at ten million keys
+//!    under writes, a compaction that hashed first met the quota before
+//!    its first removal (`docs/benchmarks/history.md`).
+//!
+//! A [`Job::Remove`] removes revisions with no hash: those an index
+//! rebuilt at open drops again (see below).
 //!
 //! `Store::compact_step` does one step of the oldest job, at most the
 //! batch limit's keys or revisions ([`COMPACTION_BATCH_LIMIT_DEFAULT`],
@@ -29,11 +36,12 @@
 //! drops them again, and their removal is queued anew (the hash, kept
 //! only in memory as in etcd, is not).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 use crate::hash::{Hasher, KeyValueHash};
 use crate::index::Compacted;
 use crate::revision::Revision;
+use crate::revision_set::RevisionSet;
 
 /// Revisions one step hashes or removes, and histories one step of an
 /// index compaction compacts: etcd's default
@@ -116,19 +124,24 @@ pub enum Job {
         compacted: Compacted,
     },
     /// Hashing the stored revisions from `next` up to the hasher's
-    /// revision.
-    Hash { hasher: Hasher, next: Revision },
+    /// revision, and removing those of them in `removable` once hashed.
+    Hash {
+        hasher: Hasher,
+        next: Revision,
+        removable: RevisionSet,
+    },
     /// Removing `revisions` from storage; those removed leave the set.
-    Remove { revisions: BTreeSet<Revision> },
+    Remove { revisions: RevisionSet },
 }
 
 /// What one step does: which keys or revisions, of the oldest job.
 pub enum Step {
     /// Compact the histories of the keys after `after` at `at`.
     Index { at: i64, after: Option<Box<[u8]>> },
-    /// Hash the stored revisions in `from..=to_main`; from `next_step`,
-    /// `to_main` is the job's last, which the store lowers to end the step
-    /// after the batch limit's stored revisions.
+    /// Hash the stored revisions in `from..=to_main`, then remove those
+    /// the job's removable set holds ([`Backlog::hashed_through`]); from
+    /// `next_step`, `to_main` is the job's last, which the store lowers to
+    /// end the step after the batch limit's stored revisions.
     Hash { from: Revision, to_main: i64 },
     /// Remove these revisions.
     Remove(Vec<Revision>),
@@ -152,7 +165,7 @@ impl Backlog {
     }
 
     /// Queues the removal of `removable` from storage.
-    pub fn push_removal(&mut self, removable: BTreeSet<Revision>) {
+    pub fn push_removal(&mut self, removable: RevisionSet) {
         if let Some(job) = removal(removable) {
             self.jobs.push_back(job);
         }
@@ -173,11 +186,11 @@ impl Backlog {
             // The store ends the step after `limit` stored revisions
             // (`Store::compact_step`): after compactions they lie far
             // apart, and a step of `limit` revision numbers would find few.
-            Job::Hash { hasher, next } => Step::Hash {
+            Job::Hash { hasher, next, .. } => Step::Hash {
                 from: *next,
                 to_main: hasher.revision(),
             },
-            Job::Remove { revisions } => Step::Remove(revisions.iter().take(limit).copied().collect()),
+            Job::Remove { revisions } => Step::Remove(revisions.first(limit)),
         })
     }
 
@@ -187,6 +200,17 @@ impl Backlog {
         match self.jobs.front_mut()? {
             Job::Hash { hasher, .. } => Some(hasher),
             _ => None,
+        }
+    }
+
+    /// Once a hash step has fed the hasher every stored revision through
+    /// main revision `main`: takes those of them the oldest job, a hash,
+    /// removes, in ascending order, for the store to remove now. They are
+    /// stored (the index held them), so a step's are at most its own.
+    pub fn hashed_through(&mut self, main: i64) -> Vec<Revision> {
+        match self.jobs.front_mut() {
+            Some(Job::Hash { removable, .. }) => removable.take_through(main),
+            _ => unreachable!("a hash step is of a hash job"),
         }
     }
 
@@ -212,12 +236,10 @@ impl Backlog {
         let Some(Job::Index { at, compacted, .. }) = self.jobs.pop_front() else {
             unreachable!("checked above")
         };
-        if let Some(job) = removal(compacted.removable) {
-            self.jobs.push_front(job);
-        }
         self.jobs.push_front(Job::Hash {
             hasher: Hasher::new(at, compacted.kept),
             next: Revision::new(1, 0),
+            removable: compacted.removable,
         });
     }
 
@@ -225,14 +247,12 @@ impl Backlog {
     /// hash when it finished a hash job.
     pub fn done(&mut self, step: &Step) -> Option<KeyValueHash> {
         let finished = match (self.jobs.front_mut()?, step) {
-            (Job::Hash { hasher, next }, Step::Hash { to_main, .. }) => {
+            (Job::Hash { hasher, next, .. }, Step::Hash { to_main, .. }) => {
                 *next = Revision::new(to_main + 1, 0);
                 *to_main >= hasher.revision()
             }
             (Job::Remove { revisions }, Step::Remove(removed)) => {
-                for revision in removed {
-                    revisions.remove(revision);
-                }
+                revisions.remove(removed);
                 revisions.is_empty()
             }
             _ => unreachable!("a hash or removal step is of the oldest job"),
@@ -241,14 +261,23 @@ impl Backlog {
             return None;
         }
         match self.jobs.pop_front()? {
-            Job::Hash { hasher, .. } => Some(hasher.finish()),
+            Job::Hash { hasher, removable, .. } => {
+                // Every removable revision is at or below the hash's
+                // revision, so each step took its own; kept for a removal
+                // should one be left.
+                debug_assert!(removable.is_empty(), "{} left unremoved", removable.len());
+                if let Some(job) = removal(removable) {
+                    self.jobs.push_front(job);
+                }
+                Some(hasher.finish())
+            }
             _ => None,
         }
     }
 }
 
 /// The job removing `revisions`, in ascending order; none for none.
-fn removal(revisions: BTreeSet<Revision>) -> Option<Job> {
+fn removal(revisions: RevisionSet) -> Option<Job> {
     (!revisions.is_empty()).then_some(Job::Remove { revisions })
 }
 
@@ -306,15 +335,16 @@ mod tests {
     }
 
     // Goal: jobs run in order (the index in steps of the named size, then
-    // the hash, then the removal); the removal is what compacting the
-    // index in one piece finds; a hash job covers every revision up to
-    // its own exactly once.
+    // the hash with its removals); a hash job covers every revision up to
+    // its own exactly once; each step removes only revisions it or an
+    // earlier step hashed, and in all exactly what compacting the index in
+    // one piece drops, in ascending order.
     #[test]
     fn steps_cover_each_job_in_order() {
         let keys = 2 * LIMIT + 500;
         let (mut stepped, mut whole) = (index(keys), index(keys));
         let at = (2 * keys + keys / 2) as i64;
-        let expected: Vec<Revision> = whole.compact(at).removable.into_iter().collect();
+        let expected = whole.compact(at).removable.first(usize::MAX);
         let mut backlog = Backlog::default();
         backlog.push_compaction(1, at);
         let (mut kinds, mut hashed, mut removed, mut hashes) = (String::new(), Vec::new(), Vec::new(), Vec::new());
@@ -322,11 +352,7 @@ mod tests {
             let Some(mut step) = backlog.next_step(LIMIT) else {
                 break;
             };
-            // As the store ends a hash step: every main revision is stored.
-            if let Step::Hash { from, to_main } = &mut step {
-                *to_main = (*to_main).min(from.main + LIMIT as i64 - 1);
-            }
-            match &step {
+            match &mut step {
                 Step::Index { at, after } => {
                     kinds.push('i');
                     let into = backlog.compacted().expect("an index job");
@@ -335,27 +361,55 @@ mod tests {
                     continue;
                 }
                 Step::Hash { from, to_main } => {
+                    // As the store ends a hash step: every main revision
+                    // is stored.
+                    *to_main = (*to_main).min(from.main + LIMIT as i64 - 1);
                     kinds.push('h');
-                    assert!(to_main - from.main < LIMIT as i64);
                     hashed.push((from.main, *to_main));
+                    let taken = backlog.hashed_through(*to_main);
+                    assert!(taken.iter().all(|revision| revision.main <= *to_main));
+                    assert!(taken.len() <= LIMIT);
+                    removed.extend(taken);
                 }
-                Step::Remove(revisions) => {
-                    kinds.push('r');
-                    assert!(revisions.len() <= LIMIT);
-                    removed.extend(revisions.iter().copied());
-                }
+                Step::Remove(_) => panic!("a compaction's removals are its hash steps'"),
             }
             hashes.extend(backlog.done(&step));
         }
         assert!(backlog.is_empty());
-        let removals = expected.len().div_ceil(LIMIT);
-        assert!(removals >= 2, "{} removable", expected.len());
-        assert_eq!(kinds, format!("iiihhhhhhh{}", "r".repeat(removals)), "steps in order");
+        assert_eq!(kinds, "iiihhhhhhh", "steps in order");
         assert_eq!(hashed.first().map(|h| h.0), Some(1));
         assert!(hashed.windows(2).all(|pair| pair[1].0 == pair[0].1 + 1));
         assert_eq!(hashed.last().map(|h| h.1), Some(at));
         assert_eq!(hashes.len(), 1);
         assert_eq!(hashes[0].revision, at);
+        assert!(expected.len() > LIMIT, "{} removable", expected.len());
         assert_eq!(removed, expected);
+    }
+
+    // Goal: revisions queued for removal alone (an index rebuilt at open
+    // drops them again) go in ascending steps of the limit, each once.
+    #[test]
+    fn a_removal_alone_goes_in_steps() {
+        let revisions: RevisionSet = (1..=2 * LIMIT as i64 + 5)
+            .rev()
+            .map(|main| Revision::new(main, main % 2))
+            .collect();
+        let mut backlog = Backlog::default();
+        backlog.push_removal(revisions.clone());
+        let mut removed = Vec::new();
+        for _ in 0..10 {
+            let Some(step) = backlog.next_step(LIMIT) else {
+                break;
+            };
+            let Step::Remove(taken) = &step else {
+                panic!("only a removal is queued")
+            };
+            assert!(taken.len() <= LIMIT);
+            removed.extend(taken.iter().copied());
+            assert_eq!(backlog.done(&step), None);
+        }
+        assert!(backlog.is_empty());
+        assert_eq!(removed, revisions.first(usize::MAX));
+        assert!(removed.is_sorted());
     }
 }

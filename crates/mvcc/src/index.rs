@@ -3,13 +3,14 @@
 //! single keys and ranges, and drives compaction. It is rebuilt from the
 //! stored revisions when the store opens.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use crate::hash::Keep;
 use crate::key_index::{Generation, KeyIndex, Slot};
 use crate::live_count::LiveCounts;
 use crate::revision::Revision;
+use crate::revision_set::RevisionSet;
 
 /// How a request's `range_end` bounds its keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,14 +44,13 @@ impl<'a> RangeEnd<'a> {
 
 /// What [`TreeIndex::compact`] did.
 ///
-/// Both sets are B-trees, which grow a node at a time, never all at once:
-/// a compaction gathers a million revisions a step at a time, and a
-/// vector or a hash set that doubled (or a sort at the end) stalled one
-/// step for tens of milliseconds.
+/// Neither set ever grows all at once: a compaction gathers millions of
+/// revisions a step at a time, and a vector or a hash set that doubled
+/// (or a sort at the end) stalled one step for tens of milliseconds.
 #[derive(Debug)]
 pub struct Compacted {
-    /// Stored revisions to remove, in ascending order.
-    pub removable: BTreeSet<Revision>,
+    /// Stored revisions to remove (revision_set.rs).
+    pub removable: RevisionSet,
     /// Revisions at or below the compact revision that stay, as the hash
     /// taken with the compaction reads them.
     pub kept: Keep,
@@ -61,7 +61,7 @@ impl Compacted {
     /// revision was `previous` (the compact revision of its hash).
     pub fn new(previous: i64) -> Compacted {
         Compacted {
-            removable: BTreeSet::new(),
+            removable: RevisionSet::new(),
             kept: Keep::new(previous),
         }
     }
@@ -393,14 +393,18 @@ mod tests {
             "keep leaves the tombstone at 5 out"
         );
         let compacted = index.compact(5);
-        assert_eq!(compacted.removable, [rev(2), rev(4)].into(), "the tombstone at 5 stays");
+        assert_eq!(
+            compacted.removable,
+            RevisionSet::from_iter([rev(2), rev(4)]),
+            "the tombstone at 5 stays"
+        );
         assert_eq!(compacted.kept, Keep::of(5, [rev(3), rev(5)]));
         assert_eq!(index.len(), 2);
         assert_eq!(index.get(b"a", 5), Some(rev(3)));
         assert_eq!(index.get(b"a", 6), Some(rev(6)));
         assert_eq!(
             index.compact(6).removable,
-            [rev(3), rev(5)].into(),
+            RevisionSet::from_iter([rev(3), rev(5)]),
             "the tombstone goes"
         );
         assert_eq!(index.len(), 1);

@@ -4,6 +4,8 @@
 //! - [`kv`]: the contract as traits: a read view and a write txn.
 //! - [`request`]: requests and responses, shaped like etcd's messages.
 //! - [`revision`]: `{main, sub}` revisions and their byte layout.
+//! - [`revision_set`]: a compaction's millions of revisions to remove,
+//!   found in no order, in a compressed bitmap.
 //! - [`key_value`]: key-values, change events, and the stored value layout.
 //! - [`key_index`]: one key's history of revisions (generations, tombstones).
 //! - [`index`]: every key's history, ordered by key; range visits, compaction.
@@ -107,6 +109,7 @@ pub mod range;
 pub(crate) mod records;
 pub mod request;
 pub mod revision;
+pub mod revision_set;
 pub mod store;
 pub mod txn;
 pub mod validate;

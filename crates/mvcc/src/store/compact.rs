@@ -182,12 +182,8 @@ impl Store {
         }
         let mut kind = (false, 0);
         if let Some(mut step) = state.compactions.next_step(limit) {
-            self.run_step(state, &mut step, limit)?;
-            kind = match &step {
-                Step::Index { .. } => (true, 0),
-                Step::Hash { .. } => (false, 0),
-                Step::Remove(removed) => (false, removed.len()),
-            };
+            let removed = self.run_step(state, &mut step, limit)?;
+            kind = (matches!(step, Step::Index { .. }), removed);
             fail::fail_point!("mvcc::compaction_step", |_| std::process::abort());
             // An index step records its own progress (`run_step`).
             let finished = match step {
@@ -334,8 +330,9 @@ impl Store {
         }
     }
 
-    /// Does `step`; a hash step's `to_main` becomes where it ended.
-    pub(super) fn run_step(&self, state: &mut State, step: &mut Step, limit: usize) -> Result<()> {
+    /// Does `step`; a hash step's `to_main` becomes where it ended. How
+    /// many revisions it removed from storage.
+    pub(super) fn run_step(&self, state: &mut State, step: &mut Step, limit: usize) -> Result<usize> {
         let db = self.db.read();
         match step {
             Step::Index { at, after } => {
@@ -343,7 +340,7 @@ impl Store {
                 let into = compactions.compacted().expect("an index step is of an index job");
                 let last = index.compact_some(*at, after.as_deref(), limit, into);
                 compactions.index_done(last);
-                Ok(())
+                Ok(0)
             }
             Step::Hash { from, to_main } => {
                 let State {
@@ -354,34 +351,41 @@ impl Store {
                 } = state;
                 let hasher = compactions.hasher().expect("a hash step is of a hash job");
                 *to_main = hash_step(&db, values, batch, *from, *to_main, limit, hasher)?;
-                Ok(())
+                // Hashed, so removable (compaction.rs).
+                let removable = state.compactions.hashed_through(*to_main);
+                self.remove_stored(&db, state, &removable)?;
+                Ok(removable.len())
             }
             Step::Remove(revisions) => {
-                // What it removes must be in sled, not in the open batch,
-                // whose records are all newer than sled's: a commit (and
-                // its sync) only when the batch holds one of them.
-                let last = revisions.last().copied();
-                if state
-                    .batch
-                    .records
-                    .first()
-                    .is_some_and(|first| Some(first.revision) <= last)
-                {
-                    commit(&db, &self.poisoned, state, self.observer.get())?;
-                }
-                let State { values, batch, .. } = state;
-                if let Err(error) = records::drop_revisions(&db, values, &mut batch.overlay, revisions.clone()) {
-                    // The index has moved on without storage: refuse everything.
-                    self.poisoned.store(true, Ordering::Release);
-                    return Err(error);
-                }
-                state.batch.opened.get_or_insert_with(Instant::now);
-                if state.batch.is_due() {
-                    commit(&db, &self.poisoned, state, self.observer.get())?;
-                }
-                Ok(())
+                self.remove_stored(&db, state, revisions)?;
+                Ok(revisions.len())
             }
         }
+    }
+
+    /// Removes `revisions`, in ascending order, from storage: the index
+    /// no longer refers to them.
+    fn remove_stored(&self, db: &sled::Db, state: &mut State, revisions: &[Revision]) -> Result<()> {
+        let Some(last) = revisions.last().copied() else {
+            return Ok(());
+        };
+        // What it removes must be in sled, not in the open batch, whose
+        // records are all newer than sled's: a commit (and its sync) only
+        // when the batch holds one of them.
+        if state.batch.records.first().is_some_and(|first| first.revision <= last) {
+            commit(db, &self.poisoned, state, self.observer.get())?;
+        }
+        let State { values, batch, .. } = state;
+        if let Err(error) = records::drop_revisions(db, values, &mut batch.overlay, revisions.to_vec()) {
+            // The index has moved on without storage: refuse everything.
+            self.poisoned.store(true, Ordering::Release);
+            return Err(error);
+        }
+        state.batch.opened.get_or_insert_with(Instant::now);
+        if state.batch.is_due() {
+            commit(db, &self.poisoned, state, self.observer.get())?;
+        }
+        Ok(())
     }
 
     /// The hashes the last compactions recorded (at most
