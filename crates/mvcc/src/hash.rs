@@ -43,8 +43,8 @@
 //! remembers the last [`COMPACTION_HASHES_KEPT`] of these, in memory
 //! only, and HashKV at a revision equal to one of them answers it (with
 //! its compact revision `P`), before any other check. This store does
-//! the same (the hash job of compaction.rs, which runs before the
-//! compaction removes anything), so after compacting at `R`, HashKV at
+//! the same (the hash job of compaction.rs, whose steps remove each
+//! revision only once it is hashed), so after compacting at `R`, HashKV at
 //! `R` still equals what it was before the compaction, compact revision
 //! included.
 
