@@ -6,8 +6,9 @@
 //! Inside an apply batch, nothing reaches sled until the batch is applied
 //! whole. Blocks a compaction rewrote in the batch wait in an [`Overlay`];
 //! reads during the batch still find every live revision in sled's old
-//! blocks (a rewrite only drops revisions), and the visits a second
-//! compaction in the same batch makes (its hash) look through the overlay.
+//! blocks (a rewrite only drops revisions), and a compaction's later hash
+//! steps in the same batch (and a second compaction's) look through the
+//! overlay.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -242,14 +243,9 @@ pub fn each(
 
 /// Rewrites, into `overlay`, every block holding one of `revisions`
 /// without them (deleting a block left empty). Every revision must be
-/// stored.
-pub fn drop_revisions(
-    db: &sled::Db,
-    values: &ValueFiles,
-    overlay: &mut Overlay,
-    mut revisions: Vec<Revision>,
-) -> Result<()> {
-    revisions.sort_unstable();
+/// stored, and `revisions` ascending.
+pub fn drop_revisions(db: &sled::Db, values: &ValueFiles, overlay: &mut Overlay, revisions: &[Revision]) -> Result<()> {
+    debug_assert!(revisions.is_sorted(), "revisions to drop out of order");
     let mut at = 0;
     while at < revisions.len() {
         let (key, bytes) =

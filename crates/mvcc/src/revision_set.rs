@@ -93,6 +93,10 @@ impl RevisionSet {
     /// At most `limit` revisions with main revision at most `main`, in
     /// ascending order.
     fn ascending(&self, main: i64, limit: usize) -> Vec<Revision> {
+        // No revision is below 1 (and a negative main would wrap below).
+        if main < 1 {
+            return Vec::new();
+        }
         let mut firsts = self
             .firsts
             .iter()
@@ -149,7 +153,7 @@ mod tests {
         #[test]
         fn answers_as_an_ordered_set(
             revisions in proptest::collection::vec((1i64..5_000, 0i64..3), 0..400),
-            through in 0i64..5_100,
+            through in -5i64..5_100,
             limit in 0usize..50,
         ) {
             let revisions: Vec<Revision> = revisions.into_iter().map(|(main, sub)| Revision::new(main, sub)).collect();

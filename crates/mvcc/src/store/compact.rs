@@ -38,7 +38,8 @@ fn retire_once_durable(db: &sled::Db, state: &mut State, files: impl IntoIterato
 /// is taken too), or `to_main` when fewer are stored through it. Counts
 /// what is stored ([`each_through`]), not revision numbers: after
 /// compactions the kept revisions lie far apart. One walk, so each block
-/// is read once.
+/// is read once here (the step's removals look up again the blocks that
+/// hold what they remove).
 pub(super) fn hash_step(
     db: &sled::Db,
     values: &ValueFiles,
@@ -73,15 +74,13 @@ pub(super) fn feed(hasher: &mut Hasher, revision: Revision, tombstone: bool, val
 }
 
 impl Store {
-    /// Compacts at the request's revision: the index drops what no read at
-    /// or after it needs, and the batch removes those revisions from
-    /// storage. Before removing anything it hashes what is stored at or
-    /// below the revision, as etcd does while it compacts, and remembers
-    /// that hash for HashKV (see `hash.rs`).
-    ///
-    /// Cost: the hash reads every stored revision at or below the compact
-    /// revision, under the write lock, so a compaction pauses applies and
-    /// reads for about as long as a HashKV of the whole store takes.
+    /// Compacts at the request's revision: from now on no read below it is
+    /// served. The rest is queued and done in steps between applies
+    /// (compaction.rs): the index drops what no read at or after the
+    /// revision needs; then one walk hashes what is stored at or below the
+    /// revision, as etcd does while it compacts, removing each dropped
+    /// revision once hashed, and the hash is remembered for HashKV (see
+    /// `hash.rs`).
     pub(super) fn compact(&self, state: &mut State, request: &CompactionRequest) -> Result<CompactionResponse> {
         if request.revision <= state.compact_revision {
             return Err(Error::Compacted);
@@ -100,12 +99,10 @@ impl Store {
         })
     }
 
-    /// The hash etcd takes while compacting at `at`, and HashKV's at `at`
-    /// (see `hash.rs`): every revision stored at or below `at` (through the
-    /// overlay of an earlier compaction in this batch), then what this
-    /// batch wrote (all newer than anything stored).
-    /// HashKV's hash at `at` with `kept`'s compact revision and keep set,
-    /// in one pass over the stored revisions.
+    /// HashKV's hash at `at` with `kept`'s compact revision and keep set
+    /// (see `hash.rs`), in one pass: every revision stored at or below `at`
+    /// (through the open batch's overlay of compaction removals), then
+    /// what this batch wrote (all newer than anything stored).
     pub(super) fn compaction_hash(
         &self,
         values: &ValueFiles,
@@ -350,7 +347,17 @@ impl Store {
                     ..
                 } = state;
                 let hasher = compactions.hasher().expect("a hash step is of a hash job");
-                *to_main = hash_step(&db, values, batch, *from, *to_main, limit, hasher)?;
+                *to_main = match hash_step(&db, values, batch, *from, *to_main, limit, hasher) {
+                    Ok(end) => end,
+                    Err(error) => {
+                        // The hasher took part of the step's revisions: a
+                        // retry would feed them again, and the compaction's
+                        // hash would be wrong with no error. Refuse
+                        // everything instead.
+                        self.poisoned.store(true, Ordering::Release);
+                        return Err(error);
+                    }
+                };
                 // Hashed, so removable (compaction.rs).
                 let removable = state.compactions.hashed_through(*to_main);
                 self.remove_stored(&db, state, &removable)?;
@@ -376,7 +383,7 @@ impl Store {
             commit(db, &self.poisoned, state, self.observer.get())?;
         }
         let State { values, batch, .. } = state;
-        if let Err(error) = records::drop_revisions(db, values, &mut batch.overlay, revisions.to_vec()) {
+        if let Err(error) = records::drop_revisions(db, values, &mut batch.overlay, revisions) {
             // The index has moved on without storage: refuse everything.
             self.poisoned.store(true, Ordering::Release);
             return Err(error);
