@@ -47,10 +47,9 @@ use crate::revision_set::RevisionSet;
 /// compaction dropped), and histories one step of an index compaction
 /// compacts: etcd's default `--experimental-compaction-batch-limit`. A
 /// step of 1000 revisions reads at most 1000 blocks of 4 KiB (block.rs)
-/// and rewrites at most as many, a few milliseconds (the twelfth
-/// session's steps took 1.6 ms to hash and 1.9 ms to remove, under
-/// load); a history is compacted in well under a microsecond
-/// (`mvcc_compact_index`). So a step holds the state lock for a few
+/// and rewrites at most as many, a few milliseconds under load; a
+/// history is compacted in well under a microsecond (the step histograms
+/// and `mvcc_compact_index` in `docs/benchmarks/history.md`). So a step holds the state lock for a few
 /// milliseconds at most: the longest an apply or a read waits for
 /// compaction.
 pub const COMPACTION_BATCH_LIMIT_DEFAULT: usize = 1000;

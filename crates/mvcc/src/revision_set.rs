@@ -4,10 +4,11 @@
 //! A compaction walks the index in key order and finds the revisions it
 //! drops in whatever order the keys were written: etcd's benchmark tool's
 //! "sequential" keys are varints, whose bytes do not sort as the numbers,
-//! and Kubernetes writes objects in the order they change. A `BTreeSet`
-//! of ten million such revisions costs about 25 bytes each (16 bytes of
-//! revision in nodes about two thirds full), a quarter of a gigabyte on
-//! every member at once, and every insertion a descent through cold nodes.
+//! and Kubernetes writes objects in the order they change. In a
+//! `BTreeSet`, 9.5 million such revisions took over a quarter of a
+//! gigabyte on every member at once, and every insertion was a descent
+//! through cold nodes (`docs/benchmarks/history.md`, the ten-million-key
+//! compactions).
 //!
 //! Most revisions are a request's only change (sub-revision 0): their main
 //! revisions go in a compressed bitmap (roaring: 8 KiB per 65,536

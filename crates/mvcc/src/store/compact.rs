@@ -347,17 +347,12 @@ impl Store {
                     ..
                 } = state;
                 let hasher = compactions.hasher().expect("a hash step is of a hash job");
-                *to_main = match hash_step(&db, values, batch, *from, *to_main, limit, hasher) {
-                    Ok(end) => end,
-                    Err(error) => {
-                        // The hasher took part of the step's revisions: a
-                        // retry would feed them again, and the compaction's
-                        // hash would be wrong with no error. Refuse
-                        // everything instead.
-                        self.poisoned.store(true, Ordering::Release);
-                        return Err(error);
-                    }
-                };
+                // On an error the hasher has taken part of the step's
+                // revisions: a retry would feed them again, and the
+                // compaction's hash would be wrong with no error. Refuse
+                // everything instead.
+                *to_main = hash_step(&db, values, batch, *from, *to_main, limit, hasher)
+                    .inspect_err(|_| self.poisoned.store(true, Ordering::Release))?;
                 // Hashed, so removable (compaction.rs).
                 let removable = state.compactions.hashed_through(*to_main);
                 self.remove_stored(&db, state, &removable)?;
@@ -383,11 +378,10 @@ impl Store {
             commit(db, &self.poisoned, state, self.observer.get())?;
         }
         let State { values, batch, .. } = state;
-        if let Err(error) = records::drop_revisions(db, values, &mut batch.overlay, revisions) {
-            // The index has moved on without storage: refuse everything.
-            self.poisoned.store(true, Ordering::Release);
-            return Err(error);
-        }
+        // On an error the index has moved on without storage: refuse
+        // everything.
+        records::drop_revisions(db, values, &mut batch.overlay, revisions)
+            .inspect_err(|_| self.poisoned.store(true, Ordering::Release))?;
         state.batch.opened.get_or_insert_with(Instant::now);
         if state.batch.is_due() {
             commit(db, &self.poisoned, state, self.observer.get())?;
