@@ -9,7 +9,10 @@
 //! crashed and replaced through `simulator::replace`; 20 puts more; then
 //! the members must agree (applied index, revision, keys, HashKV), list
 //! three voters with the new id in place of the old, and read every put
-//! at its revision.
+//! at its revision. The cluster's `membership_settled` (the faults lose a
+//! member for good only when it holds) is true before the crash, false
+//! while member 1 is down, and true again once every member has applied
+//! the promotion.
 
 use std::time::Duration;
 
@@ -64,7 +67,9 @@ fn a_replaced_member_joins_catches_up_and_votes() {
         run_until(&mut cluster, "a leader", |c| (0..3).all(|m| c.leader(m) != 0)).await;
         let mut acknowledged = puts(&mut cluster, 0, 60).await;
         let old = cluster.id(1);
+        assert!(cluster.membership_settled(), "three voters, each applied the same");
         cluster.crash(1).await.expect("a crash");
+        assert!(!cluster.membership_settled(), "a member down is not settled");
         let mut replacement = Replacement::begin(&cluster, 1);
         let mut promoted = None;
         run_until(&mut cluster, "the replacement", |c| match replacement.advance(c) {
@@ -81,6 +86,7 @@ fn a_replaced_member_joins_catches_up_and_votes() {
         assert_ne!(new, old, "member 1 is a new member");
         acknowledged.extend(puts(&mut cluster, 60, 20).await);
         run_until(&mut cluster, "agreement", |c| check::agreement(c).is_ok()).await;
+        run_until(&mut cluster, "the membership settled", |c| c.membership_settled()).await;
         let clients = cluster.clients();
         let listed = tokio::spawn(async move { clients.member_list(1).await });
         run_until(&mut cluster, "a member list", |_| listed.is_finished()).await;

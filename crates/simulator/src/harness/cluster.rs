@@ -223,6 +223,24 @@ impl SimCluster {
         self.members[member].is_running()
     }
 
+    /// Whether every member runs and has applied the same membership, with
+    /// no learner in it: no configuration change is still on its way to
+    /// a member that has not applied it.
+    pub fn membership_settled(&self) -> bool {
+        let mut views = self.members.iter().map(|m| {
+            m.member().map(|member| {
+                let membership = member.membership();
+                let mut voters = membership.voter_ids();
+                voters.sort_unstable();
+                (voters, membership.learner_count())
+            })
+        });
+        let Some(Some(first)) = views.next() else {
+            return false;
+        };
+        first.1 == 0 && views.all(|view| view.as_ref() == Some(&first))
+    }
+
     /// The members whose raft loop is blocked in a WAL sync now.
     pub fn syncing(&self) -> Vec<usize> {
         let now = self.clock.now();
