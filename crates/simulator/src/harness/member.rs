@@ -327,6 +327,11 @@ impl SimMember {
         drop(running);
         let _ = self.outbox.take();
         self.held.clear();
+        // A stopped member is in no sync: the fault that crashes a member
+        // in the middle of one must not pick it (seed 318549 crashed a
+        // member lost to a flipped bit, which brought it back into the
+        // restart schedule).
+        self.busy_until = None;
         Some(store)
     }
 }
