@@ -328,7 +328,7 @@ mod tests {
                 if round == 2 && main % 3 == 0 {
                     index.tombstone(&key, Revision::new(main, 0));
                 } else {
-                    index.put_rebuilt(&key, Revision::new(main, 0), created);
+                    index.put_rebuilt(&key, Revision::new(main, 0), created, round + 1);
                 }
             }
         }

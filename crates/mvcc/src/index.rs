@@ -90,11 +90,11 @@ impl TreeIndex {
     }
 
     /// Records a put read back from storage while rebuilding, with its
-    /// stored create revision (see `KeyIndex::put_rebuilt`).
-    pub fn put_rebuilt(&mut self, key: &[u8], revision: Revision, created: i64) {
+    /// stored create revision and version (see `KeyIndex::put_rebuilt`).
+    pub fn put_rebuilt(&mut self, key: &[u8], revision: Revision, created: i64, version: i64) {
         let history = history_mut(&mut self.keys, key);
         let was_live = history.is_live();
-        history.put_rebuilt(revision, created);
+        history.put_rebuilt(revision, created, version);
         if !was_live {
             self.live.changed(key, 1);
         }

@@ -32,19 +32,28 @@
 //! the previous key-value from storage was a third of a put's cost. So
 //! [`KeyIndex::generation`] derives them from the history: the create
 //! revision is the first slot of the current generation and the version
-//! is how many slots it has. That holds until a compaction drops the start
-//! of a live generation; the slot left at its head is then marked
-//! ("compacted head"), and for such a key the put reads storage as before.
-//! With `compact(at: 6)` above, the history `[5.0*, 7.0t, 9.0]` (5.0
-//! marked) still gives foo's generation at 9 as created 9, version 1;
-//! compacting `[2.0, 5.0]` at 6 leaves `[5.0*]`, whose generation is
-//! unknown here.
+//! is how many slots it has. When a compaction drops the start of a live
+//! generation, it puts an "origin" slot before the head it keeps: not a
+//! revision, but the generation's create revision and how many of its
+//! versions were dropped. Compacting `[2.0, 5.0, 6.0]` at 5 leaves
+//! `[origin(2, 1), 5.0, 6.0]`: created 2, version 1 + 2. Without it every
+//! put on a key compaction had cut read storage, which made a store's
+//! puts about twice as dear after its first compaction as before it
+//! (`mvcc_apply_puts_history`, docs/benchmarks.md). Where the generation
+//! was not known when it was cut (it began more than
+//! [`GENERATION_SCAN_SLOTS_MAX`] slots back, or its dropped versions do
+//! not fit the origin), the head is marked instead ("compacted head"), and
+//! for such a key the put reads storage as before. The origin is never
+//! seen outside this file: every query answers from the revisions after
+//! it. With `compact(at: 6)` above, the history `[5.0, 7.0t, 9.0]` needs
+//! no origin: foo's generation at 9 starts at 9.
 //!
 //! # Memory
-//! Each revision is packed into 12 bytes (main with the tombstone flag in
-//! its top bit, and a 32-bit sub), and the first two live inline in the
-//! index entry, so a key with one or two revisions needs no allocation
-//! for its history.
+//! Each revision is packed into 12 bytes (main with the flags in its top
+//! bits, and a 32-bit sub), and the first two live inline in the index
+//! entry, so a key with one or two revisions needs no allocation for its
+//! history. An origin takes a slot of its own, so a key cut by compaction
+//! and then put once holds three slots, on the heap.
 
 use smallvec::SmallVec;
 
@@ -55,7 +64,10 @@ const TOMBSTONE_BIT: u64 = 1 << 63;
 /// rebuild after one) dropped the earlier slots of its generation: that
 /// generation's create revision and version are not in the index.
 const COMPACTED_HEAD_BIT: u64 = 1 << 62;
-const FLAG_BITS: u64 = TOMBSTONE_BIT | COMPACTED_HEAD_BIT;
+/// Set on the origin slot (module docs): its main is the create revision
+/// of the generation a compaction cut, its sub the versions dropped.
+const ORIGIN_BIT: u64 = 1 << 61;
+const FLAG_BITS: u64 = TOMBSTONE_BIT | COMPACTED_HEAD_BIT | ORIGIN_BIT;
 
 /// Slots [`KeyIndex::generation`] looks back through for a generation's
 /// start. A key rewritten more often than this between compactions gets
@@ -116,6 +128,21 @@ impl Slot {
         self.main_and_flag & COMPACTED_HEAD_BIT != 0
     }
 
+    /// The origin of a generation created at `created` from which
+    /// `dropped` versions were compacted away, if `dropped` fits.
+    fn origin(created: i64, dropped: i64) -> Option<Slot> {
+        let sub = u32::try_from(dropped).ok()?;
+        let slot = Slot::new(Revision::new(created, 0), false);
+        Some(Slot {
+            main_and_flag: slot.main_and_flag | ORIGIN_BIT,
+            sub,
+        })
+    }
+
+    fn is_origin(self) -> bool {
+        self.main_and_flag & ORIGIN_BIT != 0
+    }
+
     fn mark_compacted_head(&mut self) {
         self.main_and_flag |= COMPACTED_HEAD_BIT;
     }
@@ -128,19 +155,47 @@ pub struct KeyIndex {
 }
 
 impl KeyIndex {
+    /// The revisions, oldest first: the history after its origin, if it
+    /// has one. Never empty while the key is in the index.
+    fn revisions(&self) -> &[Slot] {
+        match self.history.first() {
+            Some(first) if first.is_origin() => &self.history[1..],
+            _ => &self.history,
+        }
+    }
+
+    /// The origin's create revision and dropped versions, if the history
+    /// has one.
+    fn origin(&self) -> Option<(i64, i64)> {
+        let first = self.history.first().filter(|slot| slot.is_origin())?;
+        Some((first.main(), i64::from(first.sub)))
+    }
+
     /// Records a put at `revision`. Revisions must only grow.
     pub fn put(&mut self, revision: Revision) {
         self.push(Slot::new(revision, false));
     }
 
-    /// Records a put read back from storage while rebuilding: `created` is
-    /// its stored create revision. A put that starts a generation here but
-    /// was created earlier is the head a compaction left (module docs).
-    pub fn put_rebuilt(&mut self, revision: Revision, created: i64) {
+    /// Records a put read back from storage while rebuilding: `created`
+    /// and `version` are its stored create revision and version. A put
+    /// that starts a generation here but was created earlier is the head a
+    /// compaction left (module docs): it gets its origin back.
+    pub fn put_rebuilt(&mut self, revision: Revision, created: i64, version: i64) {
         let starts_generation = !self.is_live();
-        self.put(revision);
         if starts_generation && created != revision.main {
-            self.history.last_mut().expect("just pushed").mark_compacted_head();
+            // Compaction leaves a cut generation only at a history's start.
+            match Slot::origin(created, version - 1).filter(|_| self.history.is_empty()) {
+                Some(origin) => {
+                    self.history.push(origin);
+                    self.put(revision);
+                }
+                None => {
+                    self.put(revision);
+                    self.history.last_mut().expect("just pushed").mark_compacted_head();
+                }
+            }
+        } else {
+            self.put(revision);
         }
     }
 
@@ -148,14 +203,14 @@ impl KeyIndex {
     /// history rebuilt after compaction may begin with a kept tombstone.
     pub fn tombstone(&mut self, revision: Revision) {
         assert!(
-            self.history.last().is_none_or(|slot| !slot.is_tombstone()),
+            self.revisions().last().is_none_or(|slot| !slot.is_tombstone()),
             "tombstone after a tombstone"
         );
         self.push(Slot::new(revision, true));
     }
 
     fn push(&mut self, slot: Slot) {
-        if let Some(last) = self.history.last() {
+        if let Some(last) = self.revisions().last() {
             assert!(last.revision() < slot.revision(), "key history revisions only grow");
         }
         self.history.push(slot);
@@ -163,7 +218,7 @@ impl KeyIndex {
 
     /// Whether the key exists at the newest revision.
     pub fn is_live(&self) -> bool {
-        self.history.last().is_some_and(|slot| !slot.is_tombstone())
+        self.revisions().last().is_some_and(|slot| !slot.is_tombstone())
     }
 
     /// The key's current generation (see the module docs). Looks back at
@@ -173,7 +228,7 @@ impl KeyIndex {
         if !self.is_live() {
             return Generation::Absent;
         }
-        match self.generation_through(self.history.len()) {
+        match self.generation_through(self.revisions().len()) {
             Some((created, version)) => Generation::Live { created, version },
             None => Generation::Unknown,
         }
@@ -184,20 +239,22 @@ impl KeyIndex {
     /// (the key existed at `at`, its generation's start is at most
     /// [`GENERATION_SCAN_SLOTS_MAX`] slots back and not compacted away).
     pub fn generation_at(&self, at: i64) -> Option<(i64, i64)> {
-        let end = self.history.partition_point(|slot| slot.main() <= at);
-        if end == 0 || self.history[end - 1].is_tombstone() {
+        let revisions = self.revisions();
+        let end = revisions.partition_point(|slot| slot.main() <= at);
+        if end == 0 || revisions[end - 1].is_tombstone() {
             return None;
         }
         self.generation_through(end)
     }
 
     /// The create revision and version of the generation whose last slot
-    /// is `history[end - 1]` (a put), looking back at most
+    /// is `revisions()[end - 1]` (a put), looking back at most
     /// [`GENERATION_SCAN_SLOTS_MAX`] slots for its start; `None` when the
-    /// start is further back or compaction dropped it.
+    /// start is further back or compaction dropped it unrecorded.
     fn generation_through(&self, end: usize) -> Option<(i64, i64)> {
+        let revisions = self.revisions();
         let scanned = end.min(GENERATION_SCAN_SLOTS_MAX);
-        let start = match self.history[end - scanned..end]
+        let start = match revisions[end - scanned..end]
             .iter()
             .rposition(|slot| slot.is_tombstone())
         {
@@ -205,20 +262,34 @@ impl KeyIndex {
             None if scanned == end => 0,
             None => return None,
         };
-        let head = self.history[start];
-        (!head.is_compacted_head()).then(|| (head.main(), (end - start) as i64))
+        Self::generation_from(revisions, start, end, self.origin())
+    }
+
+    /// The create revision and version of the generation that begins at
+    /// `revisions[start]` and has its last slot at `revisions[end - 1]`,
+    /// given the history's origin: `None` for a head marked compacted.
+    fn generation_from(revisions: &[Slot], start: usize, end: usize, origin: Option<(i64, i64)>) -> Option<(i64, i64)> {
+        let versions = (end - start) as i64;
+        match origin {
+            Some((created, dropped)) if start == 0 => Some((created, dropped + versions)),
+            _ => {
+                let head = revisions[start];
+                (!head.is_compacted_head()).then(|| (head.main(), versions))
+            }
+        }
     }
 
     /// The newest revision, whether or not it is a tombstone.
     pub fn latest(&self) -> Option<Slot> {
-        self.history.last().copied()
+        self.revisions().last().copied()
     }
 
     /// The revision holding the key's value at `at`, or `None` if the key
     /// did not exist then.
     pub fn get(&self, at: i64) -> Option<Revision> {
-        let position = self.history.partition_point(|slot| slot.main() <= at);
-        let slot = self.history[..position].last()?;
+        let revisions = self.revisions();
+        let position = revisions.partition_point(|slot| slot.main() <= at);
+        let slot = revisions[..position].last()?;
         (!slot.is_tombstone()).then(|| slot.revision())
     }
 
@@ -226,17 +297,40 @@ impl KeyIndex {
     /// docs). Returns the revision kept from at or below `at`, if any: the
     /// store keeps its value and removes every other one at or below `at`.
     pub fn compact(&mut self, at: i64) -> Option<Revision> {
-        let position = self.history.partition_point(|slot| slot.main() <= at);
+        let revisions = self.revisions();
+        let position = revisions.partition_point(|slot| slot.main() <= at);
         let kept = self.kept_at(at);
         let keep_from = if kept.is_some() { position - 1 } else { position };
+        if keep_from == 0 {
+            // Nothing dropped; an origin still belongs to the head.
+            return kept.map(Slot::revision);
+        }
         // The new head continues the generation of the last slot dropped
-        // unless that slot was a tombstone.
-        let cuts_generation = keep_from > 0 && !self.history[keep_from - 1].is_tombstone();
-        self.history.drain(..keep_from);
-        if cuts_generation {
-            if let Some(head) = self.history.first_mut() {
-                head.mark_compacted_head();
+        // unless that slot was a tombstone (or the head is one, which ends
+        // the generation and which no put's generation needs).
+        let cut_put = !revisions[keep_from - 1].is_tombstone();
+        let cuts_generation = cut_put && revisions.get(keep_from).is_some_and(|head| !head.is_tombstone());
+        // The cut generation, while its dropped start is still here.
+        let origin = cuts_generation
+            .then(|| {
+                let start = revisions[..keep_from]
+                    .iter()
+                    .rposition(|slot| slot.is_tombstone())
+                    .map_or(0, |tombstone| tombstone + 1);
+                Self::generation_from(revisions, start, keep_from, self.origin())
+            })
+            .flatten()
+            .and_then(|(created, dropped)| Slot::origin(created, dropped));
+        let skip = self.history.len() - revisions.len();
+        self.history.drain(..skip + keep_from);
+        match origin {
+            Some(origin) => self.history.insert(0, origin),
+            None if cut_put => {
+                if let Some(head) = self.history.first_mut() {
+                    head.mark_compacted_head();
+                }
             }
+            None => {}
         }
         kept.map(Slot::revision)
     }
@@ -245,8 +339,9 @@ impl KeyIndex {
     /// below `at`, without compacting: the last one, unless it is a
     /// tombstone below `at`.
     pub fn kept_at(&self, at: i64) -> Option<Slot> {
-        let position = self.history.partition_point(|slot| slot.main() <= at);
-        let last = *self.history[..position].last()?;
+        let revisions = self.revisions();
+        let position = revisions.partition_point(|slot| slot.main() <= at);
+        let last = *revisions[..position].last()?;
         (!last.is_tombstone() || last.main() == at).then_some(last)
     }
 
@@ -256,7 +351,7 @@ impl KeyIndex {
 
     /// Every revision in the history, oldest first.
     pub fn slots(&self) -> impl Iterator<Item = Slot> + '_ {
-        self.history.iter().copied()
+        self.revisions().iter().copied()
     }
 
     /// Releases spare capacity (after a rebuild or a compaction).
@@ -333,18 +428,26 @@ mod tests {
     #[test]
     fn slots_pack_into_twelve_bytes() {
         assert_eq!(std::mem::size_of::<Slot>(), 12);
-        let mut slot = Slot::new(Revision::new(i64::MAX >> 1, 77), true);
+        let largest = (1 << 61) - 1;
+        let mut slot = Slot::new(Revision::new(largest, 77), true);
         slot.mark_compacted_head();
-        assert_eq!(slot.revision(), Revision::new(i64::MAX >> 1, 77));
+        assert_eq!(slot.revision(), Revision::new(largest, 77));
         assert!(slot.is_tombstone());
         assert!(slot.is_compacted_head());
+        assert!(!slot.is_origin());
         assert!(!Slot::new(Revision::new(5, 0), false).is_tombstone());
+        let origin = Slot::origin(largest, i64::from(u32::MAX)).expect("fits");
+        assert!(origin.is_origin() && !origin.is_tombstone() && !origin.is_compacted_head());
+        assert_eq!((origin.main(), origin.sub), (largest, u32::MAX));
+        assert_eq!(Slot::origin(5, 1 << 32), None, "dropped versions past 32 bits");
     }
 
     // Goal: a generation's create revision and version come from the
-    // history until compaction cuts into it, across deletes and rebuilds.
+    // history, through compactions that cut into it (its origin), deletes
+    // and rebuilds; only a generation not known when it was cut is
+    // unknown after.
     #[test]
-    fn generations_are_known_until_compaction_cuts_them() {
+    fn generations_are_known_through_compaction() {
         let mut index = KeyIndex::default();
         assert_eq!(index.generation(), Generation::Absent);
         index.put(rev(2));
@@ -369,12 +472,28 @@ mod tests {
         cut.put(rev(2));
         cut.put(rev(5));
         cut.compact(6);
-        assert_eq!(cut.generation(), Generation::Unknown);
+        assert_eq!(cut.slots().map(|s| s.main()).collect::<Vec<_>>(), [5]);
+        assert_eq!(cut.generation(), Generation::Live { created: 2, version: 2 });
         cut.put(rev(8));
         assert_eq!(
             cut.generation(),
-            Generation::Unknown,
-            "the generation still began before 5"
+            Generation::Live { created: 2, version: 3 },
+            "the generation still began at 2"
+        );
+        assert_eq!(cut.generation_at(6), Some((2, 2)));
+        assert_eq!(cut.generation_at(4), None, "compacted away");
+        cut.compact(8);
+        assert_eq!(
+            cut.generation(),
+            Generation::Live { created: 2, version: 3 },
+            "cut twice"
+        );
+        assert_eq!(cut.get(8), Some(rev(8)));
+        cut.compact(8);
+        assert_eq!(
+            cut.generation(),
+            Generation::Live { created: 2, version: 3 },
+            "nothing dropped"
         );
         cut.tombstone(rev(10));
         cut.put(rev(11));
@@ -399,6 +518,16 @@ mod tests {
         );
         hot.put(rev(1000));
         assert_eq!(hot.generation(), Generation::Unknown, "longer than the scan");
+        let mut cut_hot = hot.clone();
+        cut_hot.compact(1000);
+        assert_eq!(
+            cut_hot.generation(),
+            Generation::Live {
+                created: 1,
+                version: GENERATION_SCAN_SLOTS_MAX as i64 + 1
+            },
+            "compaction counts every dropped slot"
+        );
         hot.tombstone(rev(1001));
         hot.put(rev(1002));
         assert_eq!(
@@ -410,13 +539,56 @@ mod tests {
         );
 
         let mut rebuilt = KeyIndex::default();
-        rebuilt.put_rebuilt(rev(5), 2);
-        rebuilt.put_rebuilt(rev(8), 2);
-        assert_eq!(rebuilt.generation(), Generation::Unknown);
+        rebuilt.put_rebuilt(rev(5), 2, 4);
+        rebuilt.put_rebuilt(rev(8), 2, 5);
+        assert_eq!(rebuilt.generation(), Generation::Live { created: 2, version: 5 });
+        assert_eq!(rebuilt.slots().map(|s| s.main()).collect::<Vec<_>>(), [5, 8]);
+        let mut rebuilt = KeyIndex::default();
+        rebuilt.put_rebuilt(rev(5), 2, 1 << 40);
+        assert_eq!(
+            rebuilt.generation(),
+            Generation::Unknown,
+            "too many versions for an origin"
+        );
         let mut rebuilt = KeyIndex::default();
         rebuilt.tombstone(rev(7));
-        rebuilt.put_rebuilt(rev(9), 9);
-        rebuilt.put_rebuilt(rev(12), 9);
+        rebuilt.put_rebuilt(rev(9), 9, 1);
+        rebuilt.put_rebuilt(rev(12), 9, 2);
         assert_eq!(rebuilt.generation(), Generation::Live { created: 9, version: 2 });
+    }
+
+    // Goal: the origin is invisible to every query, and a compaction that
+    // empties the history or starts a new generation drops it.
+    #[test]
+    fn an_origin_is_never_a_revision() {
+        let mut index = KeyIndex::default();
+        for main in [2, 3, 4] {
+            index.put(rev(main));
+        }
+        assert_eq!(index.compact(3), Some(rev(3)));
+        assert_eq!(index.history.len(), 3, "an origin before 3 and 4");
+        assert_eq!(index.slots().map(|s| s.main()).collect::<Vec<_>>(), [3, 4]);
+        assert_eq!(index.get(3), Some(rev(3)));
+        assert_eq!(index.latest(), Some(Slot::new(rev(4), false)));
+        assert_eq!(index.kept_at(3), Some(Slot::new(rev(3), false)));
+        assert_eq!(index.kept_at(2), None);
+        index.tombstone(rev(6));
+        index.put(rev(8));
+        assert_eq!(index.generation(), Generation::Live { created: 8, version: 1 });
+        assert_eq!(index.compact(7), None, "the tombstone below 7 goes, with the origin");
+        assert_eq!(index.history.len(), 1);
+        assert_eq!(index.compact(9), Some(rev(8)));
+        assert_eq!(index.history.len(), 1, "nothing cut, no origin");
+        index.tombstone(rev(10));
+        assert_eq!(index.compact(11), None);
+        assert!(index.is_empty());
+
+        // A tombstone kept at the compact revision needs no origin.
+        let mut ended = KeyIndex::default();
+        ended.put(rev(2));
+        ended.tombstone(rev(3));
+        assert_eq!(ended.compact(3), Some(rev(3)));
+        assert_eq!(ended.history.len(), 1);
+        assert!(!ended.is_live());
     }
 }

@@ -27,7 +27,7 @@ pub(super) fn rebuild(db: &sled::Db, values: &mut ValueFiles) -> Result<Rebuilt>
             index.tombstone(kv.key, revision);
             leases.detach(kv.key);
         } else {
-            index.put_rebuilt(kv.key, revision, kv.create_revision);
+            index.put_rebuilt(kv.key, revision, kv.create_revision, kv.version);
             leases.attach(kv.key, kv.lease);
         }
         highest = revision.main;
