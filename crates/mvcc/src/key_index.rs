@@ -37,9 +37,9 @@
 //! revision, but the generation's create revision and how many of its
 //! versions were dropped. Compacting `[2.0, 5.0, 6.0]` at 5 leaves
 //! `[origin(2, 1), 5.0, 6.0]`: created 2, version 1 + 2. Without it every
-//! put on a key compaction had cut read storage, which made a store's
-//! puts about twice as dear after its first compaction as before it
-//! (`mvcc_apply_puts_history`, docs/benchmarks.md). Where the generation
+//! put on a key compaction had cut read storage, so a store's puts cost
+//! more after its first compaction than before it (the bench
+//! `mvcc_apply_puts_history`; figures in docs/benchmarks.md). Where the generation
 //! was not known when it was cut (it began more than
 //! [`GENERATION_SCAN_SLOTS_MAX`] slots back, or its dropped versions do
 //! not fit the origin), the head is marked instead ("compacted head"), and
