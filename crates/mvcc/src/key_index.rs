@@ -39,14 +39,15 @@
 //! `[origin(2, 1), 5.0, 6.0]`: created 2, version 1 + 2. Without it every
 //! put on a key compaction had cut read storage, so a store's puts cost
 //! more after its first compaction than before it (the bench
-//! `mvcc_apply_puts_history`; figures in docs/benchmarks.md). Where the generation
-//! was not known when it was cut (it began more than
-//! [`GENERATION_SCAN_SLOTS_MAX`] slots back, or its dropped versions do
-//! not fit the origin), the head is marked instead ("compacted head"), and
-//! for such a key the put reads storage as before. The origin is never
-//! seen outside this file: every query answers from the revisions after
-//! it. With `compact(at: 6)` above, the history `[5.0, 7.0t, 9.0]` needs
-//! no origin: foo's generation at 9 starts at 9.
+//! `mvcc_apply_puts_history`; figures in docs/benchmarks.md). Compaction
+//! counts a cut generation's slots however many they are. Where its start
+//! was already unknown when it was cut (its head marked, as below) or its
+//! dropped versions do not fit the origin's 32 bits, the new head is
+//! marked instead ("compacted head"), and for such a key the put reads
+//! storage as before. The origin is never seen outside this file: every
+//! query answers from the revisions after it. With `compact(at: 6)` above,
+//! the history is `[origin(2, 1), 5.0, 7.0t, 9.0]`: the origin answers
+//! for foo at 5 and 6, and foo's generation at 9 starts at 9.
 //!
 //! # Memory
 //! Each revision is packed into 12 bytes (main with the flags in its top
@@ -61,8 +62,10 @@ use crate::revision::Revision;
 
 const TOMBSTONE_BIT: u64 = 1 << 63;
 /// Set on a slot left at the head of a history when compaction (or a
-/// rebuild after one) dropped the earlier slots of its generation: that
-/// generation's create revision and version are not in the index.
+/// rebuild after one) dropped the earlier slots of its generation and
+/// could not record them in an origin: that generation's create revision
+/// and version are not in the index. Also set, meaning nothing, on a kept
+/// tombstone head (no put's generation begins before a tombstone).
 const COMPACTED_HEAD_BIT: u64 = 1 << 62;
 /// Set on the origin slot (module docs): its main is the create revision
 /// of the generation a compaction cut, its sub the versions dropped.
@@ -85,11 +88,13 @@ pub enum Generation {
     Absent,
     /// The key is live: created at `created`, modified `version` times.
     Live { created: i64, version: i64 },
-    /// The key is live, but compaction dropped its generation's start.
+    /// The key is live, but the index does not know where its generation
+    /// began: further back than [`GENERATION_SCAN_SLOTS_MAX`] slots, or cut
+    /// by a compaction that could not record its origin.
     Unknown,
 }
 
-/// One revision of a key's history, packed to 12 bytes.
+/// One revision of a key's history, or its origin, packed to 12 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, packed(4))]
 pub struct Slot {
@@ -237,7 +242,8 @@ impl KeyIndex {
     /// The create revision and version of the key's value at `at`, as
     /// [`KeyIndex::generation`] derives them now, if the index knows them
     /// (the key existed at `at`, its generation's start is at most
-    /// [`GENERATION_SCAN_SLOTS_MAX`] slots back and not compacted away).
+    /// [`GENERATION_SCAN_SLOTS_MAX`] slots back and not compacted away
+    /// unrecorded).
     pub fn generation_at(&self, at: i64) -> Option<(i64, i64)> {
         let revisions = self.revisions();
         let end = revisions.partition_point(|slot| slot.main() <= at);

@@ -135,8 +135,8 @@ impl WriteTxn for StoreTxn<'_> {
             return Err(Error::LeaseNotFound);
         }
         // The index usually knows the key's generation; storage is read
-        // only when the request needs the previous key-value or a
-        // compaction hid the generation's start (see key_index.rs).
+        // only when the request needs the previous key-value or the index
+        // does not know where the generation began (see key_index.rs).
         let needs_previous = request.prev_kv || request.ignore_value || request.ignore_lease;
         let generation = match self.state.index.generation(&request.key) {
             Generation::Unknown => None,

@@ -224,8 +224,9 @@ impl SimCluster {
     }
 
     /// Whether every member runs and has applied the same membership, with
-    /// no learner in it: no configuration change is still on its way to
-    /// a member that has not applied it.
+    /// no learner in it. It sees only changes the members have applied:
+    /// with no replacement under way (every change the simulator makes is
+    /// one), none is then still on its way to a member.
     pub fn membership_settled(&self) -> bool {
         let mut views = self.members.iter().map(|m| {
             m.member().map(|member| {
