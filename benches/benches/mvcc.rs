@@ -74,6 +74,21 @@ fn fill(store: &Store, raft_index: &mut u64, keys: impl Iterator<Item = Vec<u8>>
     }
 }
 
+/// The time `store` takes to apply `iterations` batches of `batch_size`
+/// puts, over the keys from `next` on; the batches are built untimed.
+fn time_batches(store: &Store, raft_index: &mut u64, next: &mut u64, batch_size: u64, iterations: u64) -> Duration {
+    let mut elapsed = Duration::ZERO;
+    for _ in 0..iterations {
+        let batch: Vec<WriteRequest> = (*next..*next + batch_size).map(|i| put(key(i))).collect();
+        *next += batch_size;
+        *raft_index += 1;
+        let started = Instant::now();
+        store.apply(*raft_index, &batch).expect("apply");
+        elapsed += started.elapsed();
+    }
+    elapsed
+}
+
 fn apply_puts(c: &mut Criterion) {
     kv_server::allocator::tune();
     let mut group = c.benchmark_group("mvcc_apply_puts");
@@ -85,18 +100,7 @@ fn apply_puts(c: &mut Criterion) {
         let mut next = 0u64;
         group.throughput(Throughput::Elements(batch_size));
         group.bench_function(BenchmarkId::from_parameter(batch_size), |b| {
-            b.iter_custom(|iterations| {
-                let mut elapsed = Duration::ZERO;
-                for _ in 0..iterations {
-                    let batch: Vec<WriteRequest> = (next..next + batch_size).map(|i| put(key(i))).collect();
-                    next += batch_size;
-                    raft_index += 1;
-                    let started = Instant::now();
-                    store.apply(raft_index, &batch).expect("apply");
-                    elapsed += started.elapsed();
-                }
-                elapsed
-            })
+            b.iter_custom(|iterations| time_batches(&store, &mut raft_index, &mut next, batch_size, iterations))
         });
     }
     group.finish();
@@ -122,18 +126,7 @@ fn apply_puts_history(c: &mut Criterion) {
         let mut next = 0u64;
         let name = if compacted { "compacted" } else { "uncompacted" };
         group.bench_function(name, |b| {
-            b.iter_custom(|iterations| {
-                let mut elapsed = Duration::ZERO;
-                for _ in 0..iterations {
-                    let batch: Vec<WriteRequest> = (next..next + 1000).map(|i| put(key(i))).collect();
-                    next += 1000;
-                    raft_index += 1;
-                    let started = Instant::now();
-                    store.apply(raft_index, &batch).expect("apply");
-                    elapsed += started.elapsed();
-                }
-                elapsed
-            })
+            b.iter_custom(|iterations| time_batches(&store, &mut raft_index, &mut next, 1000, iterations))
         });
     }
     group.finish();
