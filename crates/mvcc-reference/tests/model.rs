@@ -92,6 +92,7 @@ fn range_request() -> impl Strategy<Value = RangeRequest> {
                     min_create_revision: filters[2],
                     max_create_revision: filters[3],
                     uncounted: false,
+                    answer_bytes_max: AnswerBytesMax::default(),
                 }
             },
         )

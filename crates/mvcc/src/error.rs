@@ -40,6 +40,11 @@ pub enum Error {
     /// A write that adds data, applied while a NOSPACE alarm is raised.
     #[error("etcdserver: mvcc: database space exceeded")]
     NoSpace,
+    /// A range whose answer would encode to `bytes`, over the `max` a
+    /// range may build (wire.rs): etcd's gRPC server's answer to a
+    /// message over its send limit.
+    #[error("grpc: trying to send message larger than max ({bytes} vs. {max})")]
+    AnswerTooLarge { bytes: u64, max: u64 },
     /// The storage engine failed, or stored bytes do not decode.
     #[error("mvcc: storage: {0}")]
     Storage(String),
@@ -52,7 +57,7 @@ impl Error {
             Error::LeaseNotFound => Code::NotFound,
             Error::LeaseExists => Code::FailedPrecondition,
             Error::Storage(_) => Code::Internal,
-            Error::NoSpace => Code::ResourceExhausted,
+            Error::NoSpace | Error::AnswerTooLarge { .. } => Code::ResourceExhausted,
             Error::EmptyKey
             | Error::KeyNotFound
             | Error::DuplicateKey

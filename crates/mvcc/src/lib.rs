@@ -18,6 +18,7 @@
 //! - [`lease`]: leases' TTLs and the keys attached to each.
 //! - [`txn`]: compares and branch execution, against the traits only.
 //! - [`validate`]: etcd's request checks, including the duplicate-key rule.
+//! - [`wire`]: a range answer's size in etcd's encoding, and its bound.
 //! - [`hash`]: HashKV's hash, byte for byte as etcd computes it.
 //! - `block`: stored revisions, many to a sled value: the layout.
 //! - `records`: finding, visiting, writing and dropping stored revisions.
@@ -114,6 +115,7 @@ pub mod store;
 pub mod txn;
 pub mod validate;
 pub(crate) mod value_files;
+pub mod wire;
 pub mod writes;
 
 pub use error::{Code, Error, Result};
@@ -129,3 +131,4 @@ pub use store::{
     SledCopy, Store, ALARM_NOSPACE, EMPTY_STORE_REVISION, NEVER_COMPACTED, OPEN_BATCH_AGE_MAX, OPEN_BATCH_BYTES_MAX,
     OPEN_BATCH_REVISIONS_MAX,
 };
+pub use wire::AnswerBytesMax;

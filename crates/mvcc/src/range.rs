@@ -13,6 +13,11 @@
 //! 4. Cut to `limit`; `more` says whether anything was cut.
 //! 5. `keys_only` drops values; `count_only` drops the key-values.
 //!
+//! An answer is bounded: its key-values are counted in encoded bytes as
+//! they are loaded, and a range whose answer would pass the request's
+//! bound (etcd's gRPC send limit, wire.rs) stops holding them and is
+//! refused with etcd's error once the rest are counted (see [`Held`]).
+//!
 //! As etcd 3.7 does, a keys-only range not sorted by value is answered
 //! from the index: key, create and mod revisions and version, with no
 //! value and no lease (the index does not hold leases). Only keys whose
@@ -35,6 +40,7 @@ use crate::key_index::KeyIndex;
 use crate::key_value::KeyValue;
 use crate::request::{RangeRequest, RangeResponse, SortOrder, SortTarget};
 use crate::revision::Revision;
+use crate::wire;
 
 /// Resolves the revision a request reads at, given the view's revision and
 /// the compact revision.
@@ -59,8 +65,8 @@ enum Fetched {
 }
 
 /// Answers `request` from `index`, loading values with `load`, which
-/// takes revisions in ascending key order and returns their key-values in
-/// the same order. With `counts`, a limited range's `count` comes from the
+/// takes revisions in ascending key order and hands each one's key-value
+/// to its second argument with the revision's position. With `counts`, a limited range's `count` comes from the
 /// count of a nearby start (see count_cache.rs) instead of a walk to the
 /// end of the range.
 pub fn range(
@@ -69,7 +75,7 @@ pub fn range(
     view: i64,
     compact: i64,
     counts: Option<&CountCache>,
-    load: impl FnOnce(&[Revision]) -> Result<Vec<KeyValue>>,
+    load: impl FnOnce(&[Revision], &mut dyn FnMut(usize, KeyValue)) -> Result<()>,
 ) -> Result<RangeResponse> {
     if request.key.is_empty() {
         return Err(Error::EmptyKey);
@@ -111,10 +117,11 @@ pub fn range(
         return Ok(response);
     }
 
-    let mut kvs = resolve(fetched, from_index, load)?;
-    if filtered {
-        kvs.retain(|kv| passes_filters(request, kv));
-    }
+    // A limit's last fetched key only tells `more`.
+    let answered = fetch_limit - 1;
+    let mut held = Held::new(request, (fetched.len(), answered, count), from_index, filtered);
+    resolve(fetched, &mut held, load)?;
+    let mut kvs = held.into_kvs()?;
     match sort_order {
         SortOrder::None => {}
         SortOrder::Ascend => kvs.sort_by(|a, b| compare_by(request.sort_target, a, b)),
@@ -244,38 +251,108 @@ fn fetch(from_index: bool, key: &[u8], history: &KeyIndex, revision: Revision) -
     }
 }
 
-/// The fetched key-values, loading those the index could not answer.
+/// Holds the fetched key-values in `held`, loading those the index
+/// could not answer.
 fn resolve(
     fetched: Vec<Fetched>,
-    from_index: bool,
-    load: impl FnOnce(&[Revision]) -> Result<Vec<KeyValue>>,
-) -> Result<Vec<KeyValue>> {
-    let wanted: Vec<Revision> = fetched
-        .iter()
-        .filter_map(|entry| match entry {
-            Fetched::Load(revision) => Some(*revision),
-            Fetched::Ready(_) => None,
-        })
-        .collect();
-    let mut loaded = load(&wanted)?.into_iter();
-    let mut kvs = Vec::with_capacity(fetched.len());
-    for entry in fetched {
-        let kv = match entry {
-            Fetched::Ready(kv) => kv,
-            Fetched::Load(_) => {
-                let mut kv = loaded
-                    .next()
-                    .ok_or_else(|| Error::Storage("a load came back short".into()))?;
-                if from_index {
-                    kv.value = Vec::new();
-                    kv.lease = 0;
-                }
-                kv
+    held: &mut Held<'_>,
+    load: impl FnOnce(&[Revision], &mut dyn FnMut(usize, KeyValue)) -> Result<()>,
+) -> Result<()> {
+    let mut wanted = Vec::new();
+    let mut positions = Vec::new();
+    for (position, entry) in fetched.into_iter().enumerate() {
+        match entry {
+            Fetched::Ready(kv) => held.hold(position, kv),
+            Fetched::Load(revision) => {
+                wanted.push(revision);
+                positions.push(position);
             }
-        };
-        kvs.push(kv);
+        }
     }
-    Ok(kvs)
+    load(&wanted, &mut |at, kv| held.hold(positions[at], kv))
+}
+
+/// The key-values a range holds while it builds its answer, in key
+/// order, and the bytes their encoding comes to (wire.rs). Past the
+/// request's bound it keeps none and only counts, so that the refusal
+/// names the size the answer would have had.
+///
+/// What is counted is what is held, which is the answer itself for a
+/// range without filters or a sort order, the one Kubernetes lists. A
+/// filtered or sorted range holds every key-value that passes its
+/// filters before its limit cuts them, and a keys-only range sorted by
+/// value holds the values: such a range is refused when what it holds
+/// passes the bound even if its answer would not, where etcd would build
+/// it all (several GiB) and answer.
+struct Held<'a> {
+    request: &'a RangeRequest,
+    slots: Vec<Option<KeyValue>>,
+    /// Positions from this one on were fetched only to tell `more`.
+    answered: usize,
+    /// The encoding of the answer but for its key-values: the largest
+    /// header (the server adds it) and the `more` and `count` fields.
+    rest_bytes: u64,
+    from_index: bool,
+    filtered: bool,
+    bytes: u64,
+    over: bool,
+}
+
+impl<'a> Held<'a> {
+    /// Holds what a walk `fetched` for positions below `answered`, of a
+    /// range of `count` keys.
+    fn new(
+        request: &'a RangeRequest,
+        (fetched, answered, count): (usize, usize, i64),
+        from_index: bool,
+        filtered: bool,
+    ) -> Held<'a> {
+        let more = fetched > answered;
+        Held {
+            request,
+            slots: std::iter::repeat_with(|| None).take(fetched).collect(),
+            answered,
+            rest_bytes: wire::HEADER_BYTES_MAX + wire::answer_tail_len(more, count),
+            from_index,
+            filtered,
+            bytes: 0,
+            over: false,
+        }
+    }
+
+    fn hold(&mut self, position: usize, mut kv: KeyValue) {
+        if self.from_index {
+            kv.value = Vec::new();
+            kv.lease = 0;
+        }
+        if self.filtered && !passes_filters(self.request, &kv) {
+            return;
+        }
+        if position < self.answered {
+            self.bytes += wire::answer_entry_len(&kv);
+        }
+        if self.over {
+            return;
+        }
+        if self.bytes + self.rest_bytes > self.request.answer_bytes_max.0 {
+            self.over = true;
+            self.slots = Vec::new();
+            return;
+        }
+        self.slots[position] = Some(kv);
+    }
+
+    /// The held key-values in key order, or the refusal of an answer over
+    /// the bound.
+    fn into_kvs(self) -> Result<Vec<KeyValue>> {
+        if self.over {
+            return Err(Error::AnswerTooLarge {
+                bytes: self.bytes + self.rest_bytes,
+                max: self.request.answer_bytes_max.0,
+            });
+        }
+        Ok(self.slots.into_iter().flatten().collect())
+    }
 }
 
 fn passes_filters(request: &RangeRequest, kv: &KeyValue) -> bool {

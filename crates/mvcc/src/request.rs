@@ -5,6 +5,7 @@
 //! every key `>= key`; anything else is the exclusive end of `[key, end)`.
 
 use crate::key_value::{Event, KeyValue};
+use crate::wire::AnswerBytesMax;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SortOrder {
@@ -46,6 +47,10 @@ pub struct RangeRequest {
     /// no sort order and no filter stops at the limit instead of counting
     /// to the end of the range.
     pub uncounted: bool,
+    /// The answer's bound in encoded bytes, the server's header included
+    /// (wire.rs): a larger answer is refused with
+    /// [`Error::AnswerTooLarge`](crate::Error::AnswerTooLarge).
+    pub answer_bytes_max: AnswerBytesMax,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -202,20 +202,21 @@ fn execute_level(txn: &mut impl WriteTxn, request: &TxnRequest, path: &[bool], a
 }
 
 /// Runs a read-only txn (see [`TxnRequest::is_read_only`]) along the path
-/// [`plan`] returned, in `view`: the ranges of the chosen branch.
-pub fn execute_read_only(view: &impl ReadView, request: &TxnRequest, path: &[bool]) -> TxnResponse {
+/// [`plan`] returned, in `view`: the ranges of the chosen branch. A range
+/// whose answer passes its bound fails the txn (wire.rs).
+pub fn execute_read_only(view: &impl ReadView, request: &TxnRequest, path: &[bool]) -> Result<TxnResponse> {
     assert!(request.is_read_only(), "only a txn of ranges is executed read-only");
     let succeeded = path[0];
     let responses = branch(request, succeeded)
         .iter()
         .map(|op| match op {
-            RequestOp::Range(range) => ResponseOp::Range(view.range(range).expect("txn range was checked")),
+            RequestOp::Range(range) => view.range(range).map(ResponseOp::Range),
             _ => unreachable!("a read-only txn holds ranges only"),
         })
-        .collect();
-    TxnResponse {
+        .collect::<Result<_>>()?;
+    Ok(TxnResponse {
         revision: view.revision(),
         succeeded,
         responses,
-    }
+    })
 }

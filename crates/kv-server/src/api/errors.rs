@@ -20,6 +20,21 @@ pub fn store_status(error: &mvcc::Error) -> Status {
     Status::new(code, error.to_string())
 }
 
+/// `message`, if it is within etcd's gRPC send limit (`math.MaxInt32`,
+/// mvcc's wire.rs); otherwise etcd's refusal to send it. A Range's
+/// answer is bounded while the store builds it; this checks the answers
+/// that are built whole before they are sent: a write txn's and a
+/// delete's, applied on every member as etcd applies them, and a
+/// read-only txn's, whose ranges are bounded one by one.
+pub fn sendable<M: prost::Message>(message: M) -> Result<M, Status> {
+    let bytes = message.encoded_len() as u64;
+    if bytes > mvcc::wire::ANSWER_BYTES_MAX {
+        let max = mvcc::wire::ANSWER_BYTES_MAX;
+        return Err(store_status(&mvcc::Error::AnswerTooLarge { bytes, max }));
+    }
+    Ok(message)
+}
+
 impl From<RequestError> for Status {
     fn from(error: RequestError) -> Status {
         let code = match &error {

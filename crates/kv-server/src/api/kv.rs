@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use tonic::{Request, Response, Status};
 
-use crate::api::errors::store_status;
+use crate::api::errors::{sendable, store_status};
 use crate::api::range_stream::{range_stream, RangeStream};
 use crate::api::request_stats::{self, Stats};
 use crate::auth::operations::txn_touches;
@@ -155,7 +155,7 @@ impl Kv for KvService {
         {
             mvcc::WriteResponse::DeleteRange(response) => {
                 let header = self.member.header(response.revision);
-                let response = convert::delete_range_response(response, header);
+                let response = sendable(convert::delete_range_response(response, header))?;
                 let stats = self.slow(started).then(|| Stats::delete_range(&sketch, &response));
                 Ok(with_stats(Response::new(response), stats))
             }
@@ -175,7 +175,7 @@ impl Kv for KvService {
         let (sketch, sizes) = request_stats::txn_sketch(&request);
         let txn_stats = |response: &pb::TxnResponse| self.slow(started).then(|| Stats::txn(&sketch, &sizes, response));
         if txn_is_read_only(&request) {
-            let response = self.member.read_txn(request, &caller).await?;
+            let response = sendable(self.member.read_txn(request, &caller).await?)?;
             let stats = txn_stats(&response);
             return Ok(with_stats(Response::new(response), stats));
         }
@@ -192,7 +192,7 @@ impl Kv for KvService {
         {
             mvcc::WriteResponse::Txn(response) => {
                 let header = self.member.header(response.revision);
-                let response = convert::txn_response(response, header);
+                let response = sendable(convert::txn_response(response, header))?;
                 let stats = txn_stats(&response);
                 Ok(with_stats(Response::new(response), stats))
             }

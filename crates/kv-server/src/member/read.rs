@@ -33,7 +33,10 @@ impl Member {
         if !request.serializable && !crate::broken::stale_read() {
             self.linearize().await?;
         }
-        let response = self.store.range(&convert::range_request(request))?;
+        let response = self
+            .store
+            .range(&convert::range_request(request))
+            .map_err(|error| convert::sized_refusal(error, self.header(self.store.current_revision()).as_ref()))?;
         // As etcd: a read checked at an auth revision that changed while
         // it ran is not answered.
         self.still_authorized(caller)?;

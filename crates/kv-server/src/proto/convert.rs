@@ -54,6 +54,25 @@ pub fn range_request(request: pb::RangeRequest) -> mvcc::RangeRequest {
         min_create_revision: request.min_create_revision,
         max_create_revision: request.max_create_revision,
         uncounted: false,
+        // etcd's gRPC send limit (mvcc's wire.rs).
+        answer_bytes_max: mvcc::AnswerBytesMax::default(),
+    }
+}
+
+/// A store's refusal of a range answer over its bound counts the most a
+/// header may take (mvcc's wire.rs); this puts `header`'s own bytes in
+/// their place, so the refusal names the size etcd would name.
+pub fn sized_refusal(error: mvcc::Error, header: Option<&pb::ResponseHeader>) -> mvcc::Error {
+    use prost::Message as _;
+    match error {
+        mvcc::Error::AnswerTooLarge { bytes, max } => {
+            let header_bytes = header.map_or(0, |header| mvcc::wire::framed_len(header.encoded_len() as u64));
+            mvcc::Error::AnswerTooLarge {
+                bytes: bytes - mvcc::wire::HEADER_BYTES_MAX + header_bytes,
+                max,
+            }
+        }
+        other => other,
     }
 }
 
@@ -194,5 +213,95 @@ pub fn txn_response(response: mvcc::TxnResponse, header: Option<pb::ResponseHead
         header,
         succeeded: response.succeeded,
         responses,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message as _;
+
+    use super::*;
+
+    /// Key-values with every field empty, small, and at its largest.
+    fn key_values() -> Vec<mvcc::KeyValue> {
+        let mut kvs = vec![mvcc::KeyValue::default()];
+        for (at, size) in [0usize, 1, 127, 128, 300, 20_000].into_iter().enumerate() {
+            let at = at as i64;
+            kvs.push(mvcc::KeyValue {
+                key: vec![b'k'; size.max(1)],
+                create_revision: 1 + at * 1_000_003,
+                mod_revision: i64::MAX - at,
+                version: at,
+                value: vec![b'v'; size],
+                lease: if at % 2 == 0 { -at } else { 1 << (at * 9) },
+            });
+        }
+        kvs
+    }
+
+    // Goal: the store bounds a range's answer by counting its encoding
+    // (mvcc's wire.rs) without prost; the count must be prost's, header
+    // included, so that the store refuses what etcd's send limit would.
+    #[test]
+    fn the_stores_count_of_an_answer_is_prosts_encoding() {
+        for kv in key_values() {
+            let encoded = key_value(kv.clone()).encoded_len() as u64;
+            assert_eq!(mvcc::wire::key_value_len(&kv), encoded, "{kv:?}");
+        }
+        let largest = pb::ResponseHeader {
+            cluster_id: u64::MAX,
+            member_id: u64::MAX,
+            revision: -1,
+            raft_term: u64::MAX,
+        };
+        let header_bytes = mvcc::wire::framed_len(largest.encoded_len() as u64);
+        assert_eq!(header_bytes, mvcc::wire::HEADER_BYTES_MAX);
+        for (more, count) in [(false, 0), (true, 1), (true, i64::MAX)] {
+            let kvs = key_values();
+            let counted = mvcc::wire::HEADER_BYTES_MAX
+                + kvs.iter().map(mvcc::wire::answer_entry_len).sum::<u64>()
+                + mvcc::wire::answer_tail_len(more, count);
+            let response = mvcc::RangeResponse {
+                revision: 7,
+                kvs,
+                more,
+                count,
+            };
+            let encoded = range_response(response, Some(largest)).encoded_len() as u64;
+            assert_eq!(counted, encoded);
+        }
+    }
+
+    // Goal: a refusal names the answer's size with this member's header,
+    // not the largest one the store kept room for.
+    #[test]
+    fn a_refusal_names_the_size_with_the_members_header() {
+        let header = pb::ResponseHeader {
+            cluster_id: 17,
+            member_id: 1 << 40,
+            revision: 12,
+            raft_term: 2,
+        };
+        let kvs = key_values();
+        let counted = mvcc::wire::HEADER_BYTES_MAX + kvs.iter().map(mvcc::wire::answer_entry_len).sum::<u64>();
+        let refused = mvcc::Error::AnswerTooLarge {
+            bytes: counted,
+            max: 10,
+        };
+        let response = mvcc::RangeResponse {
+            revision: 12,
+            kvs,
+            more: false,
+            count: 0,
+        };
+        let encoded = range_response(response, Some(header)).encoded_len() as u64;
+        let sized = sized_refusal(refused, Some(&header));
+        assert_eq!(
+            sized,
+            mvcc::Error::AnswerTooLarge {
+                bytes: encoded,
+                max: 10
+            }
+        );
     }
 }

@@ -33,13 +33,14 @@ impl ReadView for StoreView<'_> {
             self.state.current_revision,
             self.state.compact_revision,
             Some(&self.state.counts),
-            |revisions| {
+            |revisions, found| {
                 load_many(
                     self.db,
                     &self.state.values,
                     &self.state.directory,
                     &self.state.batch,
                     revisions,
+                    found,
                 )
             },
         )
@@ -104,20 +105,35 @@ impl ReadView for StoreTxn<'_> {
         self.state.compact_revision
     }
 
+    /// A range inside a write txn is not bounded (wire.rs): every member
+    /// applies it, and a refusal there would fail a txn that etcd
+    /// applies (etcd builds the answer, then refuses to send it; the
+    /// server makes the same check of the whole txn's answer).
     fn range(&self, request: &RangeRequest) -> Result<RangeResponse> {
+        let unbounded;
+        let request = if request.answer_bytes_max.0 == u64::MAX {
+            request
+        } else {
+            unbounded = RangeRequest {
+                answer_bytes_max: AnswerBytesMax(u64::MAX),
+                ..request.clone()
+            };
+            &unbounded
+        };
         range::range(
             request,
             &self.state.index,
             self.revision(),
             self.state.compact_revision,
             None,
-            |revisions| {
+            |revisions, found| {
                 load_many(
                     self.db,
                     &self.state.values,
                     &self.state.directory,
                     self.batch,
                     revisions,
+                    found,
                 )
             },
         )
@@ -247,7 +263,7 @@ impl Store {
         let db = self.db.read();
         let view = StoreView { state: &state, db: &db };
         let path = txn::plan(&view, request)?;
-        Ok(txn::execute_read_only(&view, request, &path))
+        txn::execute_read_only(&view, request, &path)
     }
 
     /// Every change to keys in the range of `key` and `range_end` (as a

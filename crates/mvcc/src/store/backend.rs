@@ -185,29 +185,28 @@ pub(super) fn load_through(db: &sled::Db, values: &ValueFiles, batch: &Batch, re
     }
 }
 
-/// The stored key-values at `revisions`, in their order: those the open
-/// batch wrote from it, the rest from sled in one sorted pass.
+/// Hands `found` the stored key-value at each of `revisions` with its
+/// position: those the open batch wrote from it, the rest from sled in
+/// one sorted pass (so not in the order asked). Every revision is found,
+/// or the load fails.
 pub(super) fn load_many(
     db: &sled::Db,
     values: &ValueFiles,
     directory: &Directory,
     batch: &Batch,
     revisions: &[Revision],
-) -> Result<Vec<KeyValue>> {
-    let mut kvs: Vec<Option<KeyValue>> = vec![None; revisions.len()];
+    found: &mut dyn FnMut(usize, KeyValue),
+) -> Result<()> {
     let mut stored = Vec::new();
     for (position, revision) in revisions.iter().enumerate() {
         match batch.pending.get(revision) {
-            Some(&record) => kvs[position] = Some(records::decode(&batch.records[record].value)?),
+            Some(&record) => found(position, records::decode(&batch.records[record].value)?),
             None => stored.push((*revision, position)),
         }
     }
     stored.sort_unstable();
     let sorted: Vec<Revision> = stored.iter().map(|(revision, _)| *revision).collect();
-    records::load_sorted(db, values, directory, &sorted, |at, kv| kvs[stored[at].1] = Some(kv))?;
-    kvs.into_iter()
-        .map(|kv| kv.ok_or_else(|| records::corrupt("indexed revision missing")))
-        .collect()
+    records::load_sorted(db, values, directory, &sorted, |at, kv| found(stored[at].1, kv))
 }
 
 /// [`records::each`] over sled as the open batch changes it (its

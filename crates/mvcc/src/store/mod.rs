@@ -79,6 +79,7 @@ use crate::revision::Revision;
 use crate::txn;
 use crate::validate;
 use crate::value_files::{self, Pointer, ValueFiles, DEAD_FILES_RECLAIM_MIN, RECLAIM_LIVE_PERCENT};
+use crate::wire::AnswerBytesMax;
 use crate::writes::Writes;
 
 /// Prefix of the space holding each lease's granted TTL.
