@@ -294,7 +294,10 @@ struct Held<'a> {
     rest_bytes: u64,
     from_index: bool,
     filtered: bool,
+    /// The answer's key-values' bytes: at least their encoding's until
+    /// `exact`, then exactly.
     bytes: u64,
+    exact: bool,
     over: bool,
 }
 
@@ -316,6 +319,7 @@ impl<'a> Held<'a> {
             from_index,
             filtered,
             bytes: 0,
+            exact: false,
             over: false,
         }
     }
@@ -328,18 +332,35 @@ impl<'a> Held<'a> {
         if self.filtered && !passes_filters(self.request, &kv) {
             return;
         }
-        if position < self.answered {
-            self.bytes += wire::answer_entry_len(&kv);
-        }
-        if self.over {
-            return;
-        }
-        if self.bytes + self.rest_bytes > self.request.answer_bytes_max.0 {
+        if position < self.answered && self.count(&kv) && !self.over {
             self.over = true;
             self.slots = Vec::new();
-            return;
         }
-        self.slots[position] = Some(kv);
+        if !self.over {
+            self.slots[position] = Some(kv);
+        }
+    }
+
+    /// Adds `kv` to the answer's size; whether the answer is now over
+    /// the bound. Far from the bound it counts quickly, above the exact
+    /// size; near it, exactly, from the key-values held.
+    fn count(&mut self, kv: &KeyValue) -> bool {
+        let max = self.request.answer_bytes_max.0;
+        if !self.exact {
+            self.bytes += wire::answer_entry_len_at_most(kv);
+            if self.bytes + self.rest_bytes <= max {
+                return false;
+            }
+            self.exact = true;
+            let answered = self.answered.min(self.slots.len());
+            self.bytes = self.slots[..answered]
+                .iter()
+                .flatten()
+                .map(wire::answer_entry_len)
+                .sum();
+        }
+        self.bytes += wire::answer_entry_len(kv);
+        self.bytes + self.rest_bytes > max
     }
 
     /// The held key-values in key order, or the refusal of an answer over

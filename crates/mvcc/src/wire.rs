@@ -78,6 +78,17 @@ pub fn answer_entry_len(kv: &KeyValue) -> u64 {
     framed_len(key_value_len(kv))
 }
 
+/// The most an answer's entry takes beside its key's and value's bytes:
+/// the entry's tag and length, the key's and the value's, and four int64
+/// fields (tag and at most ten bytes each).
+const ENTRY_OVERHEAD_MAX: u64 = 3 * 11 + 4 * 11;
+
+/// At least [`answer_entry_len`], and cheaper: what a range counts while
+/// it is far from its bound.
+pub fn answer_entry_len_at_most(kv: &KeyValue) -> u64 {
+    (kv.key.len() + kv.value.len()) as u64 + ENTRY_OVERHEAD_MAX
+}
+
 /// Bytes of a RangeResponse's `more` and `count` fields.
 pub fn answer_tail_len(more: bool, count: i64) -> u64 {
     2 * u64::from(more) + int_len(count)
@@ -118,5 +129,22 @@ mod tests {
         assert_eq!(key_value_len(&kv), 3 + 2 + 3 + 2 + 203);
         assert_eq!(answer_entry_len(&kv), 1 + 2 + 213);
         assert_eq!(key_value_len(&KeyValue::default()), 0);
+    }
+
+    #[test]
+    fn the_quick_count_is_never_below_the_exact_one() {
+        let largest = KeyValue {
+            key: vec![1; 1 << 20],
+            create_revision: -1,
+            mod_revision: -1,
+            version: -1,
+            value: vec![2; 1 << 21],
+            lease: -1,
+        };
+        for kv in [KeyValue::default(), largest] {
+            assert!(answer_entry_len_at_most(&kv) >= answer_entry_len(&kv));
+        }
+        let quick = answer_entry_len_at_most(&KeyValue::default());
+        assert_eq!(quick, ENTRY_OVERHEAD_MAX, "no slack beyond the fields' largest");
     }
 }
