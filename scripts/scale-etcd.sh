@@ -20,6 +20,14 @@
 #             each collection every minute)
 #   stream    RangeStream of every key (chunks dropped as they come): the
 #             time and the follower's peak RSS growth
+#   whole     every key and value in one Range: at 10M keys over gRPC's
+#             send limit, so the time until the refusal, its code and
+#             message, and the follower's peak RSS growth
+#   cancel    a RangeStream of every key cancelled after 100,000 keys,
+#             then a count-only range: both times, the peak growth, and
+#             the follower's CPU over the two seconds after
+#   future    a compaction at the current revision + 1000: etcd's error
+#             and how long it took
 #   restart   kill -9 of that follower, then the time from its start until
 #             it answers a serializable get (its port polled every 20 ms,
 #             then etcdctl)
@@ -56,7 +64,7 @@
 # kv-server"); SCALE_ROWS=reads stops after the restart, and
 # SCALE_ROWS=maintenance skips from the range to the restart (default
 # all rows). SCALE_READS picks the reads among "range count list keys
-# stream recount" (default all; the list takes etcd minutes at 1M keys).
+# stream whole cancel future recount" (default all; the list takes etcd minutes at 1M keys).
 # SCALE_LIST_SECONDS stops a list that takes longer after the page that
 # passes it, and the row says how far it got (default: no limit; etcd's
 # list grows with the square of the keys, hours at 10M).
@@ -154,15 +162,17 @@ read_rows() {  # name binary dir
     member=$(follower)
     port=$([ "$member" = 2 ] && echo 22379 || echo 32379)
     pid=$(sed -n "${member}p" "$dir/pids")
-    local reads=" ${SCALE_READS:-range count list keys stream recount} "
+    local reads=" ${SCALE_READS:-range count list keys stream whole cancel future recount} "
     if [[ $reads == *" range "* ]]; then
         for round in 1 2 3; do
             read_row "$name" range "$pid" "$port" range100k
         done
     fi
-    for mode in count list keys stream; do
+    for mode in count list keys stream whole; do
         [[ $reads == *" $mode "* ]] && read_row "$name" "$mode" "$pid" "$port" "$mode"
     done
+    [[ $reads == *" cancel "* ]] && cancel_row "$name" "$pid" "$port"
+    [[ $reads == *" future "* ]] && future_row "$name" "$port"
     [[ $reads == *" recount "* ]] && read_row "$name" recount "$pid" "$port" count
     scripts/local-cluster.sh restart "$binary" "$dir" "$member" "$quota"
     started=$(date +%s.%N)
@@ -179,6 +189,29 @@ read_rows() {  # name binary dir
         sleep 0.02
     done
     printf '%-10s restart   serving after %.2f s (%s)\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)" "$served"
+}
+
+# A RangeStream of every key cancelled midway (read_row's "cancel"),
+# then the follower's CPU over the next two seconds: a server that reads
+# on for a stream nobody takes shows it here.
+cancel_row() {  # name pid port
+    local ticks_before
+    read_row "$1" cancel "$2" "$3" cancel
+    ticks_before=$(awk '{print $14 + $15}' "/proc/$2/stat")
+    sleep 2
+    printf '%-10s cancel    then %.0f %% of a core over 2 s\n' "$1" \
+        "$(awk -v t=$(($(awk '{print $14 + $15}' "/proc/$2/stat") - ticks_before)) -v hz="$ticks" 'BEGIN { print t / hz / 2 * 100 }')"
+}
+
+# A compaction at a revision past the current one, asked of the
+# follower: the error, and how long the answer took.
+future_row() {  # name port
+    local started revision answer
+    revision=$(($(current_revision) + 1000))
+    started=$(date +%s.%N)
+    answer=$("$ETCDCTL_BIN" --endpoints="127.0.0.1:$2" compact "$revision" 2>&1 | tail -1) || true
+    printf '%-10s future    compact %d: %s (%.3f s)\n' "$1" "$revision" "$answer" \
+        "$(echo "$(date +%s.%N) - $started" | bc)"
 }
 
 # The leader's client endpoint.

@@ -13,9 +13,13 @@
 //	    the scale benchmark. MODE is range100k (the first 100,000 keys),
 //	    list (pages of 500 after the last key, at the first page's
 //	    revision, as kube-apiserver lists), keys (keys-only), count
-//	    (count-only) or stream (RangeStream, chunks counted and dropped).
-//	    Prints "MODE seconds=S keys=K pages=P" and checks count and more
-//	    (and, for a stream, that every key comes once, in order). With
+//	    (count-only), stream (RangeStream, chunks counted and dropped),
+//	    whole (every key and value in one Range, which prints "whole
+//	    seconds=S refused: CODE "MESSAGE"" when the server refuses it) or
+//	    cancel (a RangeStream cancelled after 100,000 keys, then a
+//	    count-only range: "cancel seconds=S keys=K pages=P, then count N
+//	    in S s"). Prints "MODE seconds=S keys=K pages=P" and checks count
+//	    and more (and, for a stream, that every key comes once, in order). With
 //	    RANGES_LIST_SECONDS set, a list that takes longer stops after the
 //	    page that passes it and prints "list stopped seconds=S keys=K of
 //	    N pages=P" (a server that cannot finish at the scale asked).
@@ -25,6 +29,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -63,11 +68,12 @@ func main() {
 
 func dial(endpoint, user, password string) *clientv3.Client {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:          []string{endpoint},
-		DialTimeout:        5 * time.Second,
-		Username:           user,
-		Password:           password,
-		MaxCallRecvMsgSize: 1 << 30,
+		Endpoints:   []string{endpoint},
+		DialTimeout: 5 * time.Second,
+		Username:    user,
+		Password:    password,
+		// clientv3's default: the server's send limit decides.
+		MaxCallRecvMsgSize: math.MaxInt32,
 		Logger:             zap.NewNop(),
 	})
 	if err != nil {
@@ -393,6 +399,18 @@ func timed(endpoint, mode string) int {
 			}
 			key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
+	case "whole":
+		// Every key in one answer: at ten million keys of 256 bytes, over
+		// gRPC's send limit, which etcd answers with ResourceExhausted.
+		resp, err := cli.Get(ctxWithin(timedReadDeadline), "\x00", opts...)
+		if err != nil {
+			s, _ := status.FromError(err)
+			fmt.Printf("whole seconds=%.3f refused: %s %q\n", time.Since(start).Seconds(), s.Code(), s.Message())
+			return 0
+		}
+		keys, pages = int64(len(resp.Kvs)), 1
+	case "cancel":
+		return cancelOne(cli, start, opts)
 	case "stream":
 		ch, err := cli.GetStream(ctxWithin(timedReadDeadline), "\x00", opts...)
 		check(err == nil, "%v", err)
@@ -417,6 +435,46 @@ func timed(endpoint, mode string) int {
 		fail("unknown mode %q", mode)
 	}
 	fmt.Printf("%s seconds=%.3f keys=%d pages=%d\n", mode, time.Since(start).Seconds(), keys, pages)
+	return 0
+}
+
+// cancelAfterKeys is how far a timed stream of every key is read before
+// the client cancels it: a few of a server's windows, far from the end
+// at any size the timed reads are run at.
+const cancelAfterKeys = 100000
+
+// cancelOne reads a RangeStream of every key until cancelAfterKeys have
+// come, cancels it, and times a count-only range of every key after it:
+// the server must let the stream go and answer on.
+func cancelOne(cli *clientv3.Client, start time.Time, opts []clientv3.OpOption) int {
+	c, cancel := context.WithCancel(context.Background())
+	ch, err := cli.GetStream(c, "\x00", opts...)
+	if err != nil {
+		fail("cancel: %v", err)
+	}
+	keys, pages := int64(0), 0
+	for keys < cancelAfterKeys {
+		chunk, ok := <-ch
+		if !ok || chunk.Err() != nil {
+			fail("cancel: chunk %d: open %v, %v", pages, ok, chunk.Err())
+		}
+		keys += int64(len(chunk.Kvs))
+		pages++
+		if chunk.Header != nil {
+			break
+		}
+	}
+	cancel()
+	for range ch {
+	}
+	streamed := time.Since(start)
+	counted := time.Now()
+	resp, err := cli.Get(ctxWithin(timedReadDeadline), "\x00", append(opts, clientv3.WithCountOnly())...)
+	if err != nil {
+		fail("cancel: count after: %v", err)
+	}
+	fmt.Printf("cancel seconds=%.3f keys=%d pages=%d, then count %d in %.3f s\n",
+		streamed.Seconds(), keys, pages, resp.Count, time.Since(counted).Seconds())
 	return 0
 }
 
