@@ -16,7 +16,7 @@
 //! An answer is bounded: its key-values are counted in encoded bytes as
 //! they are loaded, and a range whose answer would pass the request's
 //! bound (etcd's gRPC send limit, wire.rs) stops holding them and is
-//! refused with etcd's error once the rest are counted (see [`Held`]).
+//! refused with etcd's error once the rest are counted (see `Held`).
 //!
 //! As etcd 3.7 does, a keys-only range not sorted by value is answered
 //! from the index: key, create and mod revisions and version, with no
@@ -57,11 +57,16 @@ pub fn read_revision(requested: i64, view: i64, compact: i64) -> Result<i64> {
     Ok(requested)
 }
 
-/// What one key of a range becomes: a key-value the index answered
-/// alone, or a revision to load.
-enum Fetched {
-    Ready(KeyValue),
-    Load(Revision),
+/// What a walk of the index fetched, by position in key order: the
+/// key-values the index answered alone, and the revisions to load. Kept
+/// apart rather than as one vector of either, so that a range of values
+/// holds 24 bytes a key for its walk, not the size of a key-value.
+#[derive(Default)]
+struct Fetched {
+    len: usize,
+    ready: Vec<(usize, KeyValue)>,
+    wanted: Vec<Revision>,
+    positions: Vec<usize>,
 }
 
 /// Answers `request` from `index`, loading values with `load`, which
@@ -117,9 +122,13 @@ pub fn range(
         return Ok(response);
     }
 
-    // A limit's last fetched key only tells `more`.
-    let answered = fetch_limit - 1;
-    let mut held = Held::new(request, (fetched.len(), answered, count), from_index, filtered);
+    // Unsorted, a limit's last fetched key only tells `more`; sorted (a
+    // sort target with no order sorts), any fetched key may be answered.
+    let answered = match sort_order {
+        SortOrder::None => fetch_limit - 1,
+        _ => usize::MAX,
+    };
+    let mut held = Held::new(request, (fetched.len, answered, count), from_index, filtered);
     resolve(fetched, &mut held, load)?;
     let mut kvs = held.into_kvs()?;
     match sort_order {
@@ -150,15 +159,15 @@ fn visit(
     fetch_limit: usize,
     from_index: bool,
     known_count: Option<i64>,
-) -> (Vec<Fetched>, i64) {
-    let mut fetched = Vec::new();
+) -> (Fetched, i64) {
+    let mut fetched = Fetched::default();
     let mut count: i64 = 0;
     index.visit_histories(&request.key, end, at, |key, history, revision| {
         count += 1;
-        if fetched.len() < fetch_limit && !request.count_only {
-            fetched.push(fetch(from_index, key, history, revision));
+        if fetched.len < fetch_limit && !request.count_only {
+            fetched.push(from_index, key, history, revision);
         }
-        known_count.is_none() || fetched.len() < fetch_limit
+        known_count.is_none() || fetched.len < fetch_limit
     });
     (fetched, known_count.unwrap_or(count))
 }
@@ -231,45 +240,45 @@ fn count_from_cache(counts: &CountCache, index: &TreeIndex, request: &RangeReque
     }
 }
 
-/// One key of the range: from the index alone when it knows the key's
-/// create revision and version (the key-value etcd 3.7 answers a
-/// keys-only range with: no value, no lease), else its revision to load.
-fn fetch(from_index: bool, key: &[u8], history: &KeyIndex, revision: Revision) -> Fetched {
-    if !from_index {
-        return Fetched::Load(revision);
-    }
-    match history.generation_at(revision.main) {
-        Some((create_revision, version)) => Fetched::Ready(KeyValue {
-            key: key.to_vec(),
-            create_revision,
-            mod_revision: revision.main,
-            version,
-            value: Vec::new(),
-            lease: 0,
-        }),
-        None => Fetched::Load(revision),
+impl Fetched {
+    /// One key of the range: from the index alone when it knows the
+    /// key's create revision and version (the key-value etcd 3.7 answers
+    /// a keys-only range with: no value, no lease), else its revision to
+    /// load.
+    fn push(&mut self, from_index: bool, key: &[u8], history: &KeyIndex, revision: Revision) {
+        let position = self.len;
+        self.len += 1;
+        if from_index {
+            if let Some((create_revision, version)) = history.generation_at(revision.main) {
+                let kv = KeyValue {
+                    key: key.to_vec(),
+                    create_revision,
+                    mod_revision: revision.main,
+                    version,
+                    value: Vec::new(),
+                    lease: 0,
+                };
+                self.ready.push((position, kv));
+                return;
+            }
+        }
+        self.wanted.push(revision);
+        self.positions.push(position);
     }
 }
 
 /// Holds the fetched key-values in `held`, loading those the index
 /// could not answer.
 fn resolve(
-    fetched: Vec<Fetched>,
+    fetched: Fetched,
     held: &mut Held<'_>,
     load: impl FnOnce(&[Revision], &mut dyn FnMut(usize, KeyValue)) -> Result<()>,
 ) -> Result<()> {
-    let mut wanted = Vec::new();
-    let mut positions = Vec::new();
-    for (position, entry) in fetched.into_iter().enumerate() {
-        match entry {
-            Fetched::Ready(kv) => held.hold(position, kv),
-            Fetched::Load(revision) => {
-                wanted.push(revision);
-                positions.push(position);
-            }
-        }
+    for (position, kv) in fetched.ready {
+        held.hold(position, kv);
     }
-    load(&wanted, &mut |at, kv| held.hold(positions[at], kv))
+    let positions = fetched.positions;
+    load(&fetched.wanted, &mut |at, kv| held.hold(positions[at], kv))
 }
 
 /// The key-values a range holds while it builds its answer, in key
@@ -286,7 +295,12 @@ fn resolve(
 /// it all (several GiB) and answer.
 struct Held<'a> {
     request: &'a RangeRequest,
-    slots: Vec<Option<KeyValue>>,
+    /// The key-values held, by position; a slot not `filled` holds an
+    /// empty one (no allocation), so that a range that holds every key
+    /// it fetched answers with this vector itself, and one that filtered
+    /// some drops them in place: the vector is the largest a range holds.
+    slots: Vec<KeyValue>,
+    filled: Vec<bool>,
     /// Positions from this one on were fetched only to tell `more`.
     answered: usize,
     /// The encoding of the answer but for its key-values: the largest
@@ -313,7 +327,8 @@ impl<'a> Held<'a> {
         let more = fetched > answered;
         Held {
             request,
-            slots: std::iter::repeat_with(|| None).take(fetched).collect(),
+            slots: std::iter::repeat_with(KeyValue::default).take(fetched).collect(),
+            filled: vec![false; fetched],
             answered,
             rest_bytes: wire::HEADER_BYTES_MAX + wire::answer_tail_len(more, count),
             from_index,
@@ -335,9 +350,11 @@ impl<'a> Held<'a> {
         if position < self.answered && self.count(&kv) && !self.over {
             self.over = true;
             self.slots = Vec::new();
+            self.filled = Vec::new();
         }
         if !self.over {
-            self.slots[position] = Some(kv);
+            self.slots[position] = kv;
+            self.filled[position] = true;
         }
     }
 
@@ -355,8 +372,9 @@ impl<'a> Held<'a> {
             let answered = self.answered.min(self.slots.len());
             self.bytes = self.slots[..answered]
                 .iter()
-                .flatten()
-                .map(wire::answer_entry_len)
+                .zip(&self.filled)
+                .filter(|(_, filled)| **filled)
+                .map(|(kv, _)| wire::answer_entry_len(kv))
                 .sum();
         }
         self.bytes += wire::answer_entry_len(kv);
@@ -372,7 +390,13 @@ impl<'a> Held<'a> {
                 max: self.request.answer_bytes_max.0,
             });
         }
-        Ok(self.slots.into_iter().flatten().collect())
+        let mut slots = self.slots;
+        if self.filled.iter().all(|filled| *filled) {
+            return Ok(slots);
+        }
+        let mut filled = self.filled.into_iter();
+        slots.retain(|_| filled.next() == Some(true));
+        Ok(slots)
     }
 }
 

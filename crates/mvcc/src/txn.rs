@@ -17,6 +17,7 @@ use crate::request::{
     Compare, CompareResult, CompareTarget, DeleteRangeRequest, RangeRequest, RequestOp, ResponseOp, TxnRequest,
     TxnResponse,
 };
+use crate::wire::AnswerBytesMax;
 
 /// Whether every compare holds in `view`. A compare over a range holds when
 /// it holds for every key in the range; a missing key compares as zero
@@ -34,6 +35,8 @@ fn compare_holds(view: &impl ReadView, compare: &Compare) -> Result<bool> {
     let found = view.range(&RangeRequest {
         key: compare.key.clone(),
         range_end: compare.range_end.clone(),
+        // A compare's range is never sent, so it has no answer to bound.
+        answer_bytes_max: AnswerBytesMax(u64::MAX),
         ..RangeRequest::default()
     })?;
     if found.kvs.is_empty() {

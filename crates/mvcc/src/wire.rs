@@ -7,7 +7,10 @@
 //! vs. 2147483647)". The store refuses the same ranges with the same
 //! answer, but counts the answer's encoding while it loads it, so a range
 //! holds at most [`ANSWER_BYTES_MAX`] bytes of key-values before it stops
-//! keeping them (range.rs). The sizes here are those of prost's encoding
+//! keeping them (range.rs). Beside them it holds what its walk of the
+//! index found: an entry per key of the range, and for a keys-only range
+//! answered from the index, the key-values themselves (a key and three
+//! numbers each, far below the limit at any size this store holds). The sizes here are those of prost's encoding
 //! of `etcdserverpb.RangeResponse` and `mvccpb.KeyValue` (the server's
 //! tests check them against it).
 

@@ -171,3 +171,42 @@ fn a_read_txn_is_refused_and_a_write_txn_is_not() {
         whole.revision + 1
     );
 }
+
+// Goal: a sort target with no order sorts (ascending), so every key a
+// limited range fetched may be in its answer: all of them are counted,
+// and the answer is the sorted one.
+#[test]
+fn a_sorted_range_counts_every_key_it_fetched() {
+    let h = Harness::filled();
+    let sorted = RangeRequest {
+        limit: 10,
+        sort_target: SortTarget::Mod,
+        ..every_key(u64::MAX)
+    };
+    let answer = h.store.range(&sorted).unwrap();
+    assert_eq!(answer.kvs.len(), 10);
+    assert!(answer
+        .kvs
+        .windows(2)
+        .all(|pair| pair[0].mod_revision < pair[1].mod_revision));
+    // What it held: the ten answered and the eleventh fetched.
+    let eleven = h
+        .store
+        .range(&RangeRequest {
+            limit: 11,
+            ..sorted.clone()
+        })
+        .unwrap();
+    let held =
+        HEADER_BYTES_MAX + eleven.kvs.iter().map(answer_entry_len).sum::<u64>() + answer_tail_len(false, KEYS as i64);
+    let at_bound = RangeRequest {
+        answer_bytes_max: AnswerBytesMax(held),
+        ..sorted.clone()
+    };
+    assert_eq!(h.store.range(&at_bound).unwrap(), answer);
+    let under = RangeRequest {
+        answer_bytes_max: AnswerBytesMax(held - 1),
+        ..sorted
+    };
+    assert!(matches!(h.store.range(&under), Err(Error::AnswerTooLarge { .. })));
+}

@@ -46,6 +46,7 @@ use tonic::{Request, Response, Status};
 use crate::api::errors::store_status;
 use crate::auth::perms::Access;
 use crate::auth::Caller;
+use crate::error::RequestError;
 use crate::member::core::Member;
 use crate::proto::convert;
 use crate::proto::etcdserverpb as pb;
@@ -137,8 +138,22 @@ fn chunk(response: pb::RangeResponse) -> Result<pb::RangeStreamResponse, Status>
 /// Range's answer computed whole, then cut: for count-only (one chunk), a
 /// negative limit (no limit, one chunk, as etcd) and a sort target with
 /// no order. Ok(false) when the client went away.
+///
+/// A negative limit's one message is bounded as etcd's stream bounds it:
+/// an answer over the send limit is refused with the text of grpc's
+/// stream send. A sort target with no order is read whole without the
+/// bound, as before it: etcd reads and sends it in chunks, none near the
+/// limit.
 async fn send_whole(member: &Member, request: &pb::RangeRequest, out: &Out) -> Result<bool, Status> {
-    let whole = member.read_range(&convert::range_request(request.clone()))?;
+    let mut read = convert::range_request(request.clone());
+    let bound_header = member.header(member.store.current_revision());
+    read.answer_bytes_max = match request.limit < 0 {
+        true => convert::answer_bound(bound_header.as_ref()),
+        false => mvcc::AnswerBytesMax(u64::MAX),
+    };
+    let whole = member
+        .read_range(&read)
+        .map_err(|error| stream_refusal(error, bound_header.as_ref()))?;
     let header = member.header(whole.revision);
     let mut response = convert::range_response(whole, header);
     let mut cutter = Cutter::new(member.config().max_request_bytes);
@@ -150,6 +165,22 @@ async fn send_whole(member: &Member, request: &pb::RangeRequest, out: &Out) -> R
     }
     response.kvs = cutter.rest();
     Ok(out.send(chunk(response)).await.is_ok())
+}
+
+/// `error` as the stream ends with it: an answer over the send limit as
+/// grpc's stream send refuses a message (its text has no "grpc: "; the
+/// size is the answer's framed in a RangeStreamResponse).
+fn stream_refusal(error: RequestError, header: Option<&pb::ResponseHeader>) -> Status {
+    match error {
+        RequestError::Store(store) => match convert::sized_refusal(store, header) {
+            mvcc::Error::AnswerTooLarge { bytes, max } => Status::resource_exhausted(format!(
+                "trying to send message larger than max ({} vs. {max})",
+                mvcc::wire::framed_len(bytes)
+            )),
+            other => store_status(&other),
+        },
+        other => other.into(),
+    }
 }
 
 /// One window of a stream: its key-values in key order, and whether
@@ -178,6 +209,9 @@ async fn send_chunks(member: &Arc<Member>, request: &pb::RangeRequest, out: &Out
     let mut read = convert::range_request(request.clone());
     read.limit = FIRST_CHUNK_KEYS.min(total_limit);
     read.uncounted = true;
+    // A window is cut into chunks, never sent whole: not bounded as an
+    // answer (the windows' sizes bound it).
+    read.answer_bytes_max = mvcc::AnswerBytesMax(u64::MAX);
     // Ascending by key is the order windows come in; asked for, it would
     // make each window load the rest of the range to sort it.
     read.sort_order = mvcc::SortOrder::None;

@@ -33,10 +33,16 @@ impl Member {
         if !request.serializable && !crate::broken::stale_read() {
             self.linearize().await?;
         }
+        // The answer's bound keeps room for this header; its revision is
+        // the store's when the range starts (a write since may change
+        // the header by a byte).
+        let header = self.header(self.store.current_revision());
+        let mut range = convert::range_request(request);
+        range.answer_bytes_max = convert::answer_bound(header.as_ref());
         let response = self
             .store
-            .range(&convert::range_request(request))
-            .map_err(|error| convert::sized_refusal(error, self.header(self.store.current_revision()).as_ref()))?;
+            .range(&range)
+            .map_err(|error| convert::sized_refusal(error, header.as_ref()))?;
         // As etcd: a read checked at an auth revision that changed while
         // it ran is not answered.
         self.still_authorized(caller)?;

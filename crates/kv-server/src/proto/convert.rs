@@ -59,19 +59,31 @@ pub fn range_request(request: pb::RangeRequest) -> mvcc::RangeRequest {
     }
 }
 
-/// A store's refusal of a range answer over its bound counts the most a
-/// header may take (mvcc's wire.rs); this puts `header`'s own bytes in
-/// their place, so the refusal names the size etcd would name.
-pub fn sized_refusal(error: mvcc::Error, header: Option<&pb::ResponseHeader>) -> mvcc::Error {
+/// The bytes `header` adds to an answer.
+fn header_bytes(header: Option<&pb::ResponseHeader>) -> u64 {
     use prost::Message as _;
+    header.map_or(0, |header| mvcc::wire::framed_len(header.encoded_len() as u64))
+}
+
+/// The store keeps room in a range's bound for the largest header
+/// (mvcc's wire.rs); this is the bound that keeps room for `header`
+/// instead, so that an answer is refused exactly when etcd's send limit
+/// would refuse it with that header.
+pub fn answer_bound(header: Option<&pb::ResponseHeader>) -> mvcc::AnswerBytesMax {
+    mvcc::AnswerBytesMax(mvcc::wire::ANSWER_BYTES_MAX + mvcc::wire::HEADER_BYTES_MAX - header_bytes(header))
+}
+
+/// A store's refusal of a range answer over its bound counts the largest
+/// header, against the bound [`answer_bound`] gave; this puts `header`'s
+/// own bytes in their place in both, so the refusal names the size and
+/// the limit etcd would name.
+pub fn sized_refusal(error: mvcc::Error, header: Option<&pb::ResponseHeader>) -> mvcc::Error {
+    let unused = mvcc::wire::HEADER_BYTES_MAX - header_bytes(header);
     match error {
-        mvcc::Error::AnswerTooLarge { bytes, max } => {
-            let header_bytes = header.map_or(0, |header| mvcc::wire::framed_len(header.encoded_len() as u64));
-            mvcc::Error::AnswerTooLarge {
-                bytes: bytes - mvcc::wire::HEADER_BYTES_MAX + header_bytes,
-                max,
-            }
-        }
+        mvcc::Error::AnswerTooLarge { bytes, max } => mvcc::Error::AnswerTooLarge {
+            bytes: bytes - unused,
+            max: max - unused,
+        },
         other => other,
     }
 }
@@ -273,7 +285,8 @@ mod tests {
     }
 
     // Goal: a refusal names the answer's size with this member's header,
-    // not the largest one the store kept room for.
+    // not the largest one the store kept room for, and the bound given
+    // the store refuses exactly what etcd's send limit would.
     #[test]
     fn a_refusal_names_the_size_with_the_members_header() {
         let header = pb::ResponseHeader {
@@ -284,9 +297,10 @@ mod tests {
         };
         let kvs = key_values();
         let counted = mvcc::wire::HEADER_BYTES_MAX + kvs.iter().map(mvcc::wire::answer_entry_len).sum::<u64>();
+        let bound = answer_bound(Some(&header)).0;
         let refused = mvcc::Error::AnswerTooLarge {
             bytes: counted,
-            max: 10,
+            max: bound,
         };
         let response = mvcc::RangeResponse {
             revision: 12,
@@ -296,12 +310,10 @@ mod tests {
         };
         let encoded = range_response(response, Some(header)).encoded_len() as u64;
         let sized = sized_refusal(refused, Some(&header));
-        assert_eq!(
-            sized,
-            mvcc::Error::AnswerTooLarge {
-                bytes: encoded,
-                max: 10
-            }
-        );
+        let max = mvcc::wire::ANSWER_BYTES_MAX;
+        assert_eq!(sized, mvcc::Error::AnswerTooLarge { bytes: encoded, max });
+        // The store refuses when its count passes the bound, which is
+        // when the encoding with this header passes etcd's limit.
+        assert_eq!(bound - counted, max - encoded);
     }
 }
