@@ -15,7 +15,7 @@
 //!
 //! An answer is bounded: its key-values are counted in encoded bytes as
 //! they are loaded, and a range whose answer would pass the request's
-//! bound (etcd's gRPC send limit, wire.rs) stops holding them and is
+//! bound (etcd's gRPC send limit, wire.rs) holds no more of them and is
 //! refused with etcd's error once the rest are counted (see `Held`).
 //!
 //! As etcd 3.7 does, a keys-only range not sorted by value is answered
@@ -58,13 +58,15 @@ pub fn read_revision(requested: i64, view: i64, compact: i64) -> Result<i64> {
 }
 
 /// What a walk of the index fetched, by position in key order: the
-/// key-values the index answered alone, and the revisions to load. Kept
-/// apart rather than as one vector of either, so that a range of values
-/// holds 24 bytes a key for its walk, not the size of a key-value.
+/// key-values the index answered alone, in place (an empty one, which
+/// allocates nothing, where a revision is to be loaded), and the
+/// revisions to load with their positions. The key-values become the
+/// answer's vector (see `Held`), so no key-value is copied between
+/// vectors on its way to the answer.
 #[derive(Default)]
 struct Fetched {
-    len: usize,
-    ready: Vec<(usize, KeyValue)>,
+    kvs: Vec<KeyValue>,
+    ready: Vec<bool>,
     wanted: Vec<Revision>,
     positions: Vec<usize>,
 }
@@ -128,8 +130,16 @@ pub fn range(
         SortOrder::None => fetch_limit - 1,
         _ => usize::MAX,
     };
-    let mut held = Held::new(request, (fetched.len, answered, count), from_index, filtered);
-    resolve(fetched, &mut held, load)?;
+    let Fetched {
+        kvs,
+        ready,
+        wanted,
+        positions,
+    } = fetched;
+    let mut held = Held::new(request, kvs, (answered, count), from_index, filtered);
+    held.check_ready(&ready);
+    drop(ready);
+    load(&wanted, &mut |at, kv| held.hold(positions[at], kv))?;
     let mut kvs = held.into_kvs()?;
     match sort_order {
         SortOrder::None => {}
@@ -164,10 +174,10 @@ fn visit(
     let mut count: i64 = 0;
     index.visit_histories(&request.key, end, at, |key, history, revision| {
         count += 1;
-        if fetched.len < fetch_limit && !request.count_only {
+        if fetched.kvs.len() < fetch_limit && !request.count_only {
             fetched.push(from_index, key, history, revision);
         }
-        known_count.is_none() || fetched.len < fetch_limit
+        known_count.is_none() || fetched.kvs.len() < fetch_limit
     });
     (fetched, known_count.unwrap_or(count))
 }
@@ -246,8 +256,7 @@ impl Fetched {
     /// a keys-only range with: no value, no lease), else its revision to
     /// load.
     fn push(&mut self, from_index: bool, key: &[u8], history: &KeyIndex, revision: Revision) {
-        let position = self.len;
-        self.len += 1;
+        let position = self.kvs.len();
         if from_index {
             if let Some((create_revision, version)) = history.generation_at(revision.main) {
                 let kv = KeyValue {
@@ -258,32 +267,21 @@ impl Fetched {
                     value: Vec::new(),
                     lease: 0,
                 };
-                self.ready.push((position, kv));
+                self.kvs.push(kv);
+                self.ready.push(true);
                 return;
             }
         }
+        self.kvs.push(KeyValue::default());
+        self.ready.push(false);
         self.wanted.push(revision);
         self.positions.push(position);
     }
 }
 
-/// Holds the fetched key-values in `held`, loading those the index
-/// could not answer.
-fn resolve(
-    fetched: Fetched,
-    held: &mut Held<'_>,
-    load: impl FnOnce(&[Revision], &mut dyn FnMut(usize, KeyValue)) -> Result<()>,
-) -> Result<()> {
-    for (position, kv) in fetched.ready {
-        held.hold(position, kv);
-    }
-    let positions = fetched.positions;
-    load(&fetched.wanted, &mut |at, kv| held.hold(positions[at], kv))
-}
-
 /// The key-values a range holds while it builds its answer, in key
 /// order, and the bytes their encoding comes to (wire.rs). Past the
-/// request's bound it keeps none and only counts, so that the refusal
+/// request's bound it holds no more and only counts, so that the refusal
 /// names the size the answer would have had.
 ///
 /// What is counted is what is held, which is the answer itself for a
@@ -299,6 +297,8 @@ struct Held<'a> {
     /// empty one (no allocation), so that a range that holds every key
     /// it fetched answers with this vector itself, and one that filtered
     /// some drops them in place: the vector is the largest a range holds.
+    /// Past the bound nothing more is put in it, and it is dropped with
+    /// the refusal.
     slots: Vec<KeyValue>,
     filled: Vec<bool>,
     /// Positions from this one on were fetched only to tell `more`.
@@ -316,19 +316,20 @@ struct Held<'a> {
 }
 
 impl<'a> Held<'a> {
-    /// Holds what a walk `fetched` for positions below `answered`, of a
-    /// range of `count` keys.
+    /// Takes the walk's key-values (`slots`, none held yet) for a range
+    /// of `count` keys answering positions below `answered`.
     fn new(
         request: &'a RangeRequest,
-        (fetched, answered, count): (usize, usize, i64),
+        slots: Vec<KeyValue>,
+        (answered, count): (usize, i64),
         from_index: bool,
         filtered: bool,
     ) -> Held<'a> {
-        let more = fetched > answered;
+        let more = slots.len() > answered;
         Held {
             request,
-            slots: std::iter::repeat_with(KeyValue::default).take(fetched).collect(),
-            filled: vec![false; fetched],
+            filled: vec![false; slots.len()],
+            slots,
             answered,
             rest_bytes: wire::HEADER_BYTES_MAX + wire::answer_tail_len(more, count),
             from_index,
@@ -339,6 +340,18 @@ impl<'a> Held<'a> {
         }
     }
 
+    /// Holds the key-values the walk answered from the index (`ready`
+    /// by position, in place in the slots), checked as [`Held::hold`]
+    /// checks a loaded one.
+    fn check_ready(&mut self, ready: &[bool]) {
+        for (position, _) in ready.iter().enumerate().filter(|(_, ready)| **ready) {
+            let kv = std::mem::take(&mut self.slots[position]);
+            self.hold(position, kv);
+        }
+    }
+
+    /// Holds `kv` at `position` if it passes the filters and the answer
+    /// is within the bound; counts it either way.
     fn hold(&mut self, position: usize, mut kv: KeyValue) {
         if self.from_index {
             kv.value = Vec::new();
@@ -347,10 +360,8 @@ impl<'a> Held<'a> {
         if self.filtered && !passes_filters(self.request, &kv) {
             return;
         }
-        if position < self.answered && self.count(&kv) && !self.over {
+        if position < self.answered && self.count(&kv) {
             self.over = true;
-            self.slots = Vec::new();
-            self.filled = Vec::new();
         }
         if !self.over {
             self.slots[position] = kv;
