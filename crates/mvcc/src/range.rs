@@ -73,9 +73,9 @@ struct Fetched {
 
 /// Answers `request` from `index`, loading values with `load`, which
 /// takes revisions in ascending key order and hands each one's key-value
-/// to its second argument with the revision's position. With `counts`, a limited range's `count` comes from the
-/// count of a nearby start (see count_cache.rs) instead of a walk to the
-/// end of the range.
+/// to its second argument with the revision's position. With `counts`, a
+/// limited range's `count` comes from the count of a nearby start (see
+/// count_cache.rs) instead of a walk to the end of the range.
 pub fn range(
     request: &RangeRequest,
     index: &TreeIndex,
@@ -124,23 +124,8 @@ pub fn range(
         return Ok(response);
     }
 
-    // Unsorted, a limit's last fetched key only tells `more`; sorted (a
-    // sort target with no order sorts), any fetched key may be answered.
-    let answered = match sort_order {
-        SortOrder::None => fetch_limit - 1,
-        _ => usize::MAX,
-    };
-    let Fetched {
-        kvs,
-        ready,
-        wanted,
-        positions,
-    } = fetched;
-    let mut held = Held::new(request, kvs, (answered, count), from_index, filtered);
-    held.check_ready(&ready);
-    drop(ready);
-    load(&wanted, &mut |at, kv| held.hold(positions[at], kv))?;
-    let mut kvs = held.into_kvs()?;
+    let sorted = sort_order != SortOrder::None;
+    let mut kvs = resolve(request, fetched, (sorted, count), (from_index, filtered), load)?;
     match sort_order {
         SortOrder::None => {}
         SortOrder::Ascend => kvs.sort_by(|a, b| compare_by(request.sort_target, a, b)),
@@ -277,6 +262,38 @@ impl Fetched {
         self.wanted.push(revision);
         self.positions.push(position);
     }
+}
+
+/// The key-values `fetched` for a range of `count` keys, `sorted` or
+/// not, held as [`Held`] holds them (the index's in place, the rest
+/// loaded with `load`): in key order, or the refusal of an answer over
+/// the bound.
+fn resolve(
+    request: &RangeRequest,
+    fetched: Fetched,
+    (sorted, count): (bool, i64),
+    (from_index, filtered): (bool, bool),
+    load: impl FnOnce(&[Revision], &mut dyn FnMut(usize, KeyValue)) -> Result<()>,
+) -> Result<Vec<KeyValue>> {
+    // Unsorted, a limit's last fetched key only tells `more` (the walk
+    // fetched one past the limit); sorted (a sort target with no order
+    // sorts too), any fetched key may be answered.
+    let limited = request.limit > 0 && !filtered;
+    let answered = match sorted || !limited {
+        true => usize::MAX,
+        false => request.limit as usize,
+    };
+    let Fetched {
+        kvs,
+        ready,
+        wanted,
+        positions,
+    } = fetched;
+    let mut held = Held::new(request, kvs, (answered, count), from_index, filtered);
+    held.check_ready(&ready);
+    drop(ready);
+    load(&wanted, &mut |at, kv| held.hold(positions[at], kv))?;
+    held.into_kvs()
 }
 
 /// The key-values a range holds while it builds its answer, in key
