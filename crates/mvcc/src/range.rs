@@ -156,6 +156,12 @@ fn visit(
     known_count: Option<i64>,
 ) -> (Fetched, i64) {
     let mut fetched = Fetched::default();
+    // A known count says how many keys the walk will fetch: the vectors
+    // are made that size at once, not grown by copying (at 10M keys a
+    // grown vector of key-values is copied and over-allocated by GBs).
+    if let Some(known) = known_count.filter(|known| *known > 0) {
+        fetched.reserve((known as usize).min(fetch_limit), from_index);
+    }
     let mut count: i64 = 0;
     index.visit_histories(&request.key, end, at, |key, history, revision| {
         count += 1;
@@ -236,6 +242,17 @@ fn count_from_cache(counts: &CountCache, index: &TreeIndex, request: &RangeReque
 }
 
 impl Fetched {
+    /// Room for `keys` more keys; for revisions to load only unless the
+    /// index may answer them (`from_index`).
+    fn reserve(&mut self, keys: usize, from_index: bool) {
+        self.kvs.reserve_exact(keys);
+        self.ready.reserve_exact(keys);
+        if !from_index {
+            self.wanted.reserve_exact(keys);
+            self.positions.reserve_exact(keys);
+        }
+    }
+
     /// One key of the range: from the index alone when it knows the
     /// key's create revision and version (the key-value etcd 3.7 answers
     /// a keys-only range with: no value, no lease), else its revision to
