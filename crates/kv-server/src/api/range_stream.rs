@@ -146,14 +146,14 @@ fn chunk(response: pb::RangeResponse) -> Result<pb::RangeStreamResponse, Status>
 /// limit.
 async fn send_whole(member: &Member, request: &pb::RangeRequest, out: &Out) -> Result<bool, Status> {
     let mut read = convert::range_request(request.clone());
-    let bound_header = member.header(member.store.current_revision());
-    read.answer_bytes_max = match request.limit < 0 {
-        true => convert::answer_bound(bound_header.as_ref()),
-        false => mvcc::AnswerBytesMax(u64::MAX),
-    };
-    let whole = member
-        .read_range(&read)
-        .map_err(|error| stream_refusal(error, bound_header.as_ref()))?;
+    let whole = match request.limit < 0 {
+        true => member.read_range_bounded(read),
+        false => {
+            read.answer_bytes_max = mvcc::AnswerBytesMax(u64::MAX);
+            member.read_range(&read)
+        }
+    }
+    .map_err(stream_refusal)?;
     let header = member.header(whole.revision);
     let mut response = convert::range_response(whole, header);
     let mut cutter = Cutter::new(member.config().max_request_bytes);
@@ -170,15 +170,12 @@ async fn send_whole(member: &Member, request: &pb::RangeRequest, out: &Out) -> R
 /// `error` as the stream ends with it: an answer over the send limit as
 /// grpc's stream send refuses a message (its text has no "grpc: "; the
 /// size is the answer's framed in a RangeStreamResponse).
-fn stream_refusal(error: RequestError, header: Option<&pb::ResponseHeader>) -> Status {
+fn stream_refusal(error: RequestError) -> Status {
     match error {
-        RequestError::Store(store) => match convert::sized_refusal(store, header) {
-            mvcc::Error::AnswerTooLarge { bytes, max } => Status::resource_exhausted(format!(
-                "trying to send message larger than max ({} vs. {max})",
-                mvcc::wire::framed_len(bytes)
-            )),
-            other => store_status(&other),
-        },
+        RequestError::Store(mvcc::Error::AnswerTooLarge { bytes, max }) => Status::resource_exhausted(format!(
+            "trying to send message larger than max ({} vs. {max})",
+            mvcc::wire::framed_len(bytes)
+        )),
         other => other.into(),
     }
 }

@@ -33,16 +33,7 @@ impl Member {
         if !request.serializable && !crate::broken::stale_read() {
             self.linearize().await?;
         }
-        // The answer's bound keeps room for this header; its revision is
-        // the store's when the range starts (a write since may change
-        // the header by a byte).
-        let header = self.header(self.store.current_revision());
-        let mut range = convert::range_request(request);
-        range.answer_bytes_max = convert::answer_bound(header.as_ref());
-        let response = self
-            .store
-            .range(&range)
-            .map_err(|error| convert::sized_refusal(error, header.as_ref()))?;
+        let response = self.read_range_bounded(convert::range_request(request))?;
         // As etcd: a read checked at an auth revision that changed while
         // it ran is not answered.
         self.still_authorized(caller)?;
@@ -74,5 +65,17 @@ impl Member {
     /// first chunk and rechecks auth once after its last.
     pub fn read_range(&self, request: &mvcc::RangeRequest) -> Result<mvcc::RangeResponse, RequestError> {
         Ok(self.store.range(request)?)
+    }
+
+    /// [`Member::read_range`] of an answer that is sent whole, bounded
+    /// by etcd's send limit with room for this member's header; its
+    /// revision is the store's when the range starts (a write since may
+    /// change the header by a byte). A refusal names the size etcd would.
+    pub fn read_range_bounded(&self, mut request: mvcc::RangeRequest) -> Result<mvcc::RangeResponse, RequestError> {
+        let header = self.header(self.store.current_revision());
+        request.answer_bytes_max = convert::answer_bound(header.as_ref());
+        self.store
+            .range(&request)
+            .map_err(|error| convert::sized_refusal(error, header.as_ref()).into())
     }
 }
