@@ -80,6 +80,22 @@ pub struct TreeIndex {
 }
 
 impl TreeIndex {
+    /// The index of `histories`, which are in ascending key order with
+    /// no key twice (index_build.rs): built in one pass, with no search.
+    pub(crate) fn from_sorted(histories: Vec<(Box<[u8]>, KeyIndex)>) -> TreeIndex {
+        debug_assert!(histories.windows(2).all(|pair| pair[0].0 < pair[1].0));
+        TreeIndex {
+            keys: histories.into_iter().collect(),
+            live: LiveCounts::default(),
+        }
+    }
+
+    /// Every key's history, in key order.
+    #[cfg(test)]
+    pub(crate) fn histories(&self) -> impl Iterator<Item = (&[u8], &KeyIndex)> {
+        self.keys.iter().map(|(key, history)| (&key[..], history))
+    }
+
     pub fn put(&mut self, key: &[u8], revision: Revision) {
         let history = history_mut(&mut self.keys, key);
         let created = !history.is_live();

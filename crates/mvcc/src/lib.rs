@@ -9,6 +9,8 @@
 //! - [`key_value`]: key-values, change events, and the stored value layout.
 //! - [`key_index`]: one key's history of revisions (generations, tombstones).
 //! - [`index`]: every key's history, ordered by key; range visits, compaction.
+//! - `index_build`: the index built at once from the stored revisions
+//!   when a store opens.
 //! - [`range`]: limit, filters, sort, count and `more`, in etcd's order.
 //! - [`compaction`]: a compaction's hash and removals, queued and done
 //!   in steps after its apply.
@@ -98,6 +100,7 @@ pub mod error;
 pub mod hash;
 pub mod import;
 pub mod index;
+pub(crate) mod index_build;
 pub mod key_index;
 pub mod key_value;
 pub mod kv;

@@ -3,6 +3,7 @@
 //! compaction work a stop left queued.
 
 use super::*;
+use crate::index_build::IndexBuild;
 
 /// Rebuilds the in-memory index from every stored revision, and the lease
 /// table from the stored leases and the values naming them, and the
@@ -20,20 +21,20 @@ pub(super) fn rebuild(db: &sled::Db, values: &mut ValueFiles) -> Result<Rebuilt>
             _ => return Err(corrupt("lease record is not two or three i64s")),
         }
     }
-    let mut index = TreeIndex::default();
+    let mut build = IndexBuild::default();
     let mut highest = 0;
     let directory = records::scan(db, values, |revision, tombstone, kv| {
         if tombstone {
-            index.tombstone(kv.key, revision);
+            build.tombstone(kv.key, revision);
             leases.detach(kv.key);
         } else {
-            index.put_rebuilt(kv.key, revision, kv.create_revision, kv.version);
+            build.put(kv.key, revision, kv.create_revision, kv.version);
             leases.attach(kv.key, kv.lease);
         }
         highest = revision.main;
         Ok(())
     })?;
-    index.shrink_to_fit();
+    let index = build.finish();
     let current_revision = read_i64(db, META_CURRENT_REVISION)?.unwrap_or(EMPTY_STORE_REVISION);
     assert!(
         current_revision >= highest,
