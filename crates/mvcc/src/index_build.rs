@@ -88,26 +88,21 @@ impl IndexBuild {
         // Revisions are unique, so the order is total and an unstable
         // sort (in place, no scratch memory) orders as a stable one would.
         gathered.sort_unstable_by(|a, b| by_key(a, b).then(a.revision.cmp(&b.revision)));
-        let keys = 1 + gathered
-            .windows(2)
-            .filter(|pair| by_key(&pair[0], &pair[1]) != Ordering::Equal)
-            .count();
-        let mut histories: Vec<(Box<[u8]>, KeyIndex)> = Vec::with_capacity(keys.min(gathered.len()));
-        let mut last_prefix = None;
+        // Whether the record at `at` is its key's first.
+        let starts_key = |at: usize| at == 0 || by_key(&gathered[at - 1], &gathered[at]) != Ordering::Equal;
+        let keys = (0..gathered.len()).filter(|&at| starts_key(at)).count();
+        let mut histories: Vec<(Box<[u8]>, KeyIndex)> = Vec::with_capacity(keys);
         for (at, one) in gathered.iter().enumerate() {
             if let Some(ahead) = gathered.get(at + PREFETCH_AHEAD) {
                 prefetch(&ahead.key);
             }
-            let same_key =
-                last_prefix == Some(one.prefix) && histories.last().is_some_and(|(key, _)| **key == *one.key);
-            if !same_key {
+            if starts_key(at) {
                 // A copy, made in key order: the index's keys then lie in
                 // key order in memory, so that building the map and every
                 // later walk of it read them in order, not scattered as
                 // the revisions were read.
                 histories.push((Box::from(&*one.key), KeyIndex::default()));
             }
-            last_prefix = Some(one.prefix);
             let history = &mut histories.last_mut().expect("a key's history").1;
             if one.tombstone {
                 history.tombstone(one.revision);
