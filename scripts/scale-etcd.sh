@@ -102,6 +102,11 @@ ranges="$work/ranges"
 endpoints=127.0.0.1:2379,127.0.0.1:22379,127.0.0.1:32379
 # Bounds on the waits below, in 20 ms polls: a minute.
 POLLS_MAX=3000
+# The bound on a restarted follower's wait to serve, in seconds: etcd
+# 3.7.3 at ten million keys was still not serving after the minute of
+# POLLS_MAX on a slow machine, and took 104 s on a faster one; fifteen
+# minutes gives every server's figure while still ending a hung member.
+RESTART_SECONDS_MAX=900
 
 # member_ticks, rss_kb, max_rss_kb
 source scripts/member-stats.sh
@@ -176,8 +181,12 @@ read_rows() {  # name binary dir
     [[ $reads == *" recount "* ]] && read_row "$name" recount "$pid" "$port" count
     scripts/local-cluster.sh restart "$binary" "$dir" "$member" "$quota"
     started=$(date +%s.%N)
-    local served=no
-    for _ in $(seq 1 $POLLS_MAX); do
+    local served=no deadline
+    deadline=$(($(date +%s) + RESTART_SECONDS_MAX))
+    # Each poll takes at least its 20 ms sleep, so this count bounds the
+    # loop even if the clock stalls; the deadline ends it in time.
+    for _ in $(seq 1 $((RESTART_SECONDS_MAX * 50))); do
+        [ "$(date +%s)" -lt "$deadline" ] || break
         # etcdctl waits out its whole dial timeout on a closed port, so
         # it is asked only once the port takes connections.
         if (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null &&
