@@ -198,6 +198,24 @@ read_rows() {  # name binary dir
         sleep 0.02
     done
     printf '%-10s restart   serving after %.2f s (%s)\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)" "$served"
+    [ "$served" = yes ] || restart_state "$name" "$dir" "$member"
+}
+
+# Why a restarted follower is not serving when the wait ends: whether it
+# is alive, its RSS and CPU so far, the machine's available memory, and
+# the last lines of its log (which goes with the work directory).
+restart_state() {  # name dir member
+    local pid
+    pid=$(sed -n "${3}p" "$2/pids")
+    if [ -e "/proc/$pid/status" ]; then
+        printf '%-10s restart   pid %s alive: RSS %d MB, %d s of CPU; MemAvailable %d MB\n' "$1" "$pid" \
+            $(($(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status") / 1024)) \
+            $(($(awk '{print $14 + $15}' "/proc/$pid/stat") / ticks)) \
+            $(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) / 1024))
+    else
+        printf '%-10s restart   pid %s gone\n' "$1" "$pid"
+    fi
+    tail -n 5 "$2/infra$3.log" | cut -c1-400 | sed "s/^/$1 log: /"
 }
 
 # A RangeStream of every key cancelled midway (read_row's "cancel"),
