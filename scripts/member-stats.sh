@@ -1,11 +1,16 @@
 # Sourced by the benchmark scripts: CPU and memory of the members of a
 # cluster started by local-cluster.sh (their pids are in DIR/pids).
 
+# Clock ticks of user + system time one process has used.
+pid_ticks() {  # pid
+    awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
 # Clock ticks of user + system time the members in DIR/pids have used.
 member_ticks() {  # dir
     local pid sum=0
     while read -r pid; do
-        sum=$((sum + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+        sum=$((sum + $(pid_ticks "$pid")))
     done < "$1/pids"
     echo "$sum"
 }

@@ -108,7 +108,7 @@ POLLS_MAX=3000
 # minutes gives every server's figure while still ending a hung member.
 RESTART_SECONDS_MAX=900
 
-# member_ticks, rss_kb, max_rss_kb
+# member_ticks, pid_ticks, rss_kb, max_rss_kb
 source scripts/member-stats.sh
 
 # A member that is not the leader: 2, unless 2 leads, then 3.
@@ -209,8 +209,7 @@ restart_state() {  # name dir member
     pid=$(sed -n "${3}p" "$2/pids")
     if [ -e "/proc/$pid/status" ]; then
         printf '%-10s restart   pid %s alive: RSS %d MB, %d s of CPU; MemAvailable %d MB\n' "$1" "$pid" \
-            $(($(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status") / 1024)) \
-            $(($(awk '{print $14 + $15}' "/proc/$pid/stat") / ticks)) \
+            $(($(rss_kb "$pid") / 1024)) $(($(pid_ticks "$pid") / ticks)) \
             $(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) / 1024))
     else
         printf '%-10s restart   pid %s gone\n' "$1" "$pid"
@@ -224,10 +223,10 @@ restart_state() {  # name dir member
 cancel_row() {  # name pid port
     local ticks_before
     read_row "$1" cancel "$2" "$3" cancel
-    ticks_before=$(awk '{print $14 + $15}' "/proc/$2/stat")
+    ticks_before=$(pid_ticks "$2")
     sleep 2
     printf '%-10s cancel    then %.0f %% of a core over 2 s\n' "$1" \
-        "$(awk -v t=$(($(awk '{print $14 + $15}' "/proc/$2/stat") - ticks_before)) -v hz="$ticks" 'BEGIN { print t / hz / 2 * 100 }')"
+        "$(awk -v t=$(($(pid_ticks "$2") - ticks_before)) -v hz="$ticks" 'BEGIN { print t / hz / 2 * 100 }')"
 }
 
 # A compaction at a revision past the current one, asked of the
