@@ -38,3 +38,16 @@ pub enum ApplyInput {
     /// the apply stage keeps it the only one that answers writers.
     Dropped { sequence: u64, error: RequestError },
 }
+
+impl ApplyInput {
+    /// What the input asks of the stage, for its slow-work line.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApplyInput::Entries(_) => "entries",
+            ApplyInput::Restore { .. } => "restore",
+            ApplyInput::Read { .. } => "read",
+            ApplyInput::Flush { .. } => "flush",
+            ApplyInput::Dropped { .. } => "dropped",
+        }
+    }
+}

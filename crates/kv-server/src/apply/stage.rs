@@ -134,14 +134,26 @@ impl Stage {
     /// the inputs itself.
     pub fn run(mut self, inputs: Receiver<ApplyInput>) -> Result<(), Fatal> {
         loop {
+            let started = Instant::now();
             self.prepare()?;
+            log_if_slow("compaction step", started);
             let now = self.clock.now();
             let wait = self.next_wake(now).saturating_duration_since(now);
-            match inputs.recv_timeout(wait) {
-                Ok(input) => self.take(Some(input))?,
-                Err(RecvTimeoutError::Timeout) => self.take(None)?,
+            let received = inputs.recv_timeout(wait);
+            let started = Instant::now();
+            let work = match received {
+                Ok(input) => {
+                    let work = input.kind();
+                    self.take(Some(input))?;
+                    work
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.take(None)?;
+                    "commit"
+                }
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
-            }
+            };
+            log_if_slow(work, started);
         }
     }
 
@@ -518,5 +530,23 @@ impl Stage {
         self.parts.status.set_applied(applied);
         tracing::info!(index, term, applied, "installed a snapshot from the leader");
         Ok(())
+    }
+}
+
+/// Logs one piece of the stage's work, begun at `started`, that held up
+/// the applies behind it for longer than `--warning-apply-duration`
+/// (etcd's per-request line, `metrics::store_observer`, cannot name a
+/// stall between requests: a compaction step, a commit to sled, a
+/// snapshot's flush). Every write waiting to apply waited this long.
+fn log_if_slow(work: &'static str, started: Instant) {
+    let took = started.elapsed();
+    let threshold = crate::metrics::warning_apply_duration();
+    if took > threshold {
+        tracing::warn!(
+            work,
+            took = %crate::logging::go_duration(took),
+            "expected-duration" = %crate::logging::go_duration(threshold),
+            "apply stage held up the applies behind it"
+        );
     }
 }

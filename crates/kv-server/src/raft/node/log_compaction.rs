@@ -23,23 +23,30 @@ impl Node {
     pub(super) fn maybe_snapshot(&mut self) {
         let applied = self.status.applied();
         let count = self.config.snapshot_count.max(1);
-        if self.flush_pending || applied < self.snapshot_index + count {
+        if self.flush_pending.is_some() || applied < self.snapshot_index + count {
             return;
         }
         let Ok(term) = self.log.term(applied) else { return };
-        self.flush_pending = true;
+        self.flush_pending = Some(std::time::Instant::now());
         self.send_apply(ApplyInput::Flush { index: applied, term });
     }
 
     /// The store is durable through `index`: records a snapshot there in
     /// the WAL and the marker, releases the WAL segments replay no longer
     /// needs, and compacts raft's in-memory log, keeping some entries for
-    /// followers slightly behind.
+    /// followers slightly behind. The line it logs gives the store's
+    /// flush (from the request to its answer: the apply stage's queue and
+    /// the flush) and the loop's own part apart, as either holds up
+    /// writes: the flush the applies behind it, the rest this loop's turn.
     pub(super) fn snapshot_flushed(&mut self, index: u64, term: u64) {
-        self.flush_pending = false;
+        let asked = self.flush_pending.take();
         if index <= self.snapshot_index {
             return;
         }
+        let started = std::time::Instant::now();
+        let flush = asked.map_or(std::time::Duration::ZERO, |asked| {
+            started.saturating_duration_since(asked)
+        });
         let conf_state = self.log.conf_state();
         if let Err(error) = self.durable.save_snapshot(index, term, &conf_state) {
             return self.fail(Fatal::new("WAL write failed", &error));
@@ -53,7 +60,14 @@ impl Node {
         };
         self.compact_log(index);
         self.snapshot_index = index;
-        tracing::info!(index, term, released, "took a snapshot");
+        tracing::info!(
+            index,
+            term,
+            released,
+            flush = %crate::logging::go_duration(flush),
+            took = %crate::logging::go_duration(started.elapsed()),
+            "took a snapshot"
+        );
     }
 
     /// Every [`LOG_COMPACTION_INTERVAL_ENTRIES`] applied entries, drops

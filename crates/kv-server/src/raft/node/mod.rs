@@ -153,9 +153,10 @@ pub struct Node {
     /// Inputs for the apply stage that its full queue did not take yet,
     /// oldest first (see [`APPLY_BACKLOG_MAX`]).
     apply_backlog: VecDeque<ApplyInput>,
-    /// A snapshot's store flush was asked of the apply stage and has not
-    /// been answered (`NodeInput::Flushed`).
-    flush_pending: bool,
+    /// When a snapshot's store flush was asked of the apply stage, until
+    /// it answers (`NodeInput::Flushed`); the wait is logged with the
+    /// snapshot.
+    flush_pending: Option<std::time::Instant>,
     /// Set by [`NodeInput::Stop`]: the loop ends after this turn's Ready.
     stop: Option<StopReply>,
     /// When raft is next ticked; set by the first turn.
@@ -218,7 +219,7 @@ impl Node {
             held: VecDeque::new(),
             proposals: Vec::with_capacity(INPUTS_PER_READY_MAX),
             apply_backlog: VecDeque::new(),
-            flush_pending: false,
+            flush_pending: None,
             stop: None,
             next_tick: None,
             fault: None,
