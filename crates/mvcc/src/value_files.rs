@@ -62,6 +62,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use crate::error::{Error, Result};
 
 /// Bytes a file grows to before the next commit starts a new one. Large
@@ -154,9 +156,12 @@ pub struct ValueFiles {
     /// The number the next file takes: above every file this handle has
     /// seen, so that a file still being unlinked is never reused.
     next_number: u64,
-    /// Files being unlinked (and closed) on threads of their own
-    /// ([`ValueFiles::retire`]).
+    /// The threads that removed or remove retired files, one at a time
+    /// ([`ValueFiles::retire`]), for [`ValueFiles::settle`].
     unlinking: Vec<std::thread::JoinHandle<()>>,
+    /// Files retired and not yet removed, for the one thread that removes
+    /// them ([`ValueFiles::retire`]).
+    retired: Arc<Mutex<Retired>>,
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
@@ -213,6 +218,7 @@ impl ValueFiles {
             newest: None,
             pending: Vec::new(),
             unlinking: Vec::new(),
+            retired: Arc::default(),
         })
     }
 
@@ -226,6 +232,7 @@ impl ValueFiles {
             pending: Vec::new(),
             next_number: 1,
             unlinking: Vec::new(),
+            retired: Arc::default(),
         }
     }
 
@@ -402,26 +409,35 @@ impl ValueFiles {
     }
 
     /// Forgets file `number`, which no pointer sled may recover names, and
-    /// unlinks and closes it on a thread of its own: unlinking a file of
-    /// [`VALUE_FILE_BYTES_MAX`] took 15 to 30 ms here (the filesystem
-    /// frees its extents when the last descriptor closes), which the
-    /// applies waited for when a reclaim's step did it. A failed unlink
-    /// leaves a file no pointer names, which the next open deletes; it is
-    /// logged, not fatal. [`ValueFiles::settle`] waits for the unlinks.
+    /// removes it on a thread of its own, in paced steps (wal's
+    /// `removal.rs`): unlinking a file of [`VALUE_FILE_BYTES_MAX`] took 15
+    /// to 60 ms here, which the applies waited for when a reclaim's step
+    /// did it, and freeing it whole stalled the syncs of every appending
+    /// file on the disk. A failed removal leaves a file no pointer names,
+    /// which the next open deletes; it is logged, not fatal.
+    /// [`ValueFiles::settle`] waits for the removals.
     pub fn retire(&mut self, number: u64) {
         let Some((path, usage)) = self.forget(number) else {
             return;
         };
-        let unlink = move || {
-            if let Err(error) = fs::remove_file(&path) {
-                tracing::warn!(path = %path.display(), %error, "a reclaimed value file could not be unlinked");
+        // Reads go through the files kept, so none reads this one now.
+        drop(usage);
+        let mut queue = self.retired.lock();
+        queue.paths.push_back(path);
+        if queue.removing {
+            return;
+        }
+        let shared = Arc::clone(&self.retired);
+        match std::thread::Builder::new()
+            .name("value-unlink".into())
+            .spawn(move || remove_retired(&shared))
+        {
+            Ok(thread) => {
+                queue.removing = true;
+                self.unlinking.retain(|thread| !thread.is_finished());
+                self.unlinking.push(thread);
             }
-            drop(usage);
-        };
-        self.unlinking.retain(|thread| !thread.is_finished());
-        match std::thread::Builder::new().name("value-unlink".into()).spawn(unlink) {
-            Ok(thread) => self.unlinking.push(thread),
-            Err(error) => tracing::warn!(%error, "no thread to unlink a value file; it stays until the next open"),
+            Err(error) => tracing::warn!(%error, "no thread to remove a value file; it stays until the next open"),
         }
     }
 
@@ -474,6 +490,35 @@ impl ValueFiles {
     /// Bytes of every file, with what is appended and not yet written.
     pub fn size_on_disk(&self) -> u64 {
         self.files.values().map(|usage| usage.length).sum::<u64>() + self.pending.len() as u64
+    }
+}
+
+/// Value files retired and waiting for removal, oldest first, and
+/// whether a thread is removing them.
+#[derive(Default)]
+struct Retired {
+    paths: std::collections::VecDeque<PathBuf>,
+    removing: bool,
+}
+
+/// The removal thread's body: removes retired files one after another
+/// until none is left, then says it stopped, under the same lock a retire
+/// takes, so a file retired meanwhile either is seen here or starts a
+/// thread of its own. One such thread per store: the files go one at a
+/// time whatever a compaction retires at once.
+fn remove_retired(retired: &Mutex<Retired>) {
+    loop {
+        let Some(path) = ({
+            let mut queue = retired.lock();
+            let next = queue.paths.pop_front();
+            queue.removing = next.is_some();
+            next
+        }) else {
+            return;
+        };
+        if let Err(error) = wal::removal::remove_paced(&path) {
+            tracing::warn!(path = %path.display(), %error, "a reclaimed value file could not be removed");
+        }
     }
 }
 

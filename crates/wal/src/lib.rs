@@ -16,6 +16,8 @@
 //! - [`spare`]: the next segment's file, zero-filled ahead of need on a
 //!   background thread, so syncs never pay for ext4's unwritten extents.
 //! - [`repair`]: truncates a torn tail, keeping a `.broken` copy.
+//! - [`removal`]: removes a released file in synced steps, so that
+//!   freeing its extents does not stall the disk's other writers.
 //! - [`replay`]: chooses the segments to read for a snapshot position and
 //!   rebuilds the entries and last hard state.
 //! - [`wal`]: the [`Wal`] handle: create, open, group-committed `save`,
@@ -111,6 +113,7 @@ pub mod disk;
 pub mod error;
 pub mod frame;
 pub mod record;
+pub mod removal;
 pub mod repair;
 pub mod replay;
 pub mod segment;

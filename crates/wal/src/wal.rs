@@ -15,6 +15,7 @@ use std::fs::{self, File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -26,8 +27,9 @@ use crate::frame::{
     Encoder, ALIGNMENT_BYTES as FRAME_ALIGNMENT_BYTES, BODY_HEADER_BYTES, LENGTH_WORD_BYTES, RECORD_BODY_BYTES_MAX,
 };
 use crate::record::{self, Entry, HardState, Record, SnapshotMeta};
+use crate::removal;
 use crate::replay::{self, Replay, SnapshotPosition};
-use crate::segment::{self, Segment, SegmentName};
+use crate::segment::{self, Segment, SegmentName, TEMPORARY_SUFFIX};
 use crate::spare::{self, Spare};
 
 /// Default segment size: 64 MiB, etcd's. Large enough that cuts (a file
@@ -38,6 +40,13 @@ pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 64 << 20;
 /// Highest sync latency the histogram tracks, in microseconds (one minute).
 /// A slower sync is recorded as this value.
 pub const SYNC_LATENCY_US_MAX: u64 = 60_000_000;
+
+/// Removals of released segments running at once. A release comes once
+/// per snapshot, seconds apart under load, and its removal takes about a
+/// tenth of a second, so one normally runs; past this many the disk is
+/// falling behind, and the raft loop removes the next release itself
+/// rather than start more threads.
+pub const RELEASE_THREADS_MAX: usize = 4;
 
 const LOCK_FILE: &str = "LOCK";
 
@@ -83,6 +92,9 @@ pub struct Wal {
     /// The next segment's file, being zero-filled (see spare.rs); started
     /// once the tail is half full, taken at the cut.
     spare: Option<Spare>,
+    /// Threads removing released segments ([`Wal::release_to`]), at most
+    /// [`RELEASE_THREADS_MAX`].
+    releasing: Vec<JoinHandle<()>>,
     encoder: Encoder,
     last_index: u64,
     hard_state: HardState,
@@ -102,9 +114,15 @@ pub struct Wal {
 }
 
 impl Drop for Wal {
-    /// A log closed in an orderly way writes a held commit-only hard state
-    /// (see [`Wal::save`]); a crash loses it, as raft allows.
+    /// A log closed in an orderly way waits for its released segments'
+    /// removal, and writes a held commit-only hard state (see
+    /// [`Wal::save`]); a crash loses it, as raft allows.
     fn drop(&mut self) {
+        // No removal outlives the log, so a log opened again on the same
+        // directory in this process never races one.
+        for thread in self.releasing.drain(..) {
+            let _ = thread.join();
+        }
         if !self.hard_state_held || self.poisoned {
             return;
         }
@@ -146,6 +164,7 @@ impl Wal {
             tail,
             direct,
             spare: None,
+            releasing: Vec::new(),
             encoder: Encoder::new(crc),
             last_index: 0,
             hard_state,
@@ -187,6 +206,7 @@ impl Wal {
             tail,
             direct,
             spare: None,
+            releasing: Vec::new(),
             encoder: Encoder::new(recovered.crc),
             last_index: recovered.last_index,
             hard_state: recovered.replay.hard_state,
@@ -294,8 +314,11 @@ impl Wal {
 
     /// Removes the segments that replay from a snapshot at `index` no
     /// longer needs (every one before the last with `first_index <= index`).
-    /// Returns how many were removed. Oldest go first, so a crash midway
-    /// leaves a contiguous run of segments.
+    /// Returns how many were removed. Each is renamed to a `.tmp` name,
+    /// oldest first, so a crash midway leaves a contiguous run of
+    /// segments, and the directory synced; then a thread frees the files
+    /// ([`Wal::remove_released`]), and the next open removes any `.tmp`
+    /// file a crash left.
     pub fn release_to(&mut self, index: u64) -> Result<usize> {
         self.check_usable()?;
         let Some(keep_from) = self.segments.iter().rposition(|name| name.first_index <= index) else {
@@ -304,16 +327,52 @@ impl Wal {
         if keep_from == 0 {
             return Ok(0);
         }
+        let mut hidden = Vec::with_capacity(keep_from);
         for name in &self.segments[..keep_from] {
             let path = name.path(&self.dir);
-            fs::remove_file(&path).map_err(|e| Error::io("remove segment", &path, e))?;
+            let temporary = PathBuf::from(format!("{}{TEMPORARY_SUFFIX}", path.display()));
+            fs::rename(&path, &temporary).map_err(|e| Error::io("hide released segment", &path, e))?;
+            hidden.push(temporary);
         }
         self.segments.drain(..keep_from);
         if let Err(error) = self.options.disk.fsync_dir(&self.dir) {
             self.poisoned = true;
             return Err(Error::io("fsync directory", &self.dir, error));
         }
+        self.remove_released(hidden);
         Ok(keep_from)
+    }
+
+    /// Removes released segments, already hidden under `.tmp` names, on a
+    /// thread of their own in paced steps (removal.rs): the raft loop that
+    /// releases them must not wait while the file system frees 64 MiB.
+    /// A failed removal is logged, not fatal: the file is no longer part
+    /// of the log, and the next open removes what is left of it. With
+    /// [`RELEASE_THREADS_MAX`] removals still running, or no thread to be
+    /// had, this one runs here.
+    fn remove_released(&mut self, hidden: Vec<PathBuf>) {
+        fn remove(hidden: &[PathBuf]) {
+            for path in hidden {
+                if let Err(error) = removal::remove_paced(path) {
+                    tracing::warn!(path = %path.display(), %error, "a released segment could not be removed");
+                }
+            }
+        }
+        self.releasing.retain(|thread| !thread.is_finished());
+        if self.releasing.len() >= RELEASE_THREADS_MAX {
+            return remove(&hidden);
+        }
+        let paths = hidden.clone();
+        match std::thread::Builder::new()
+            .name("wal-release".into())
+            .spawn(move || remove(&paths))
+        {
+            Ok(thread) => self.releasing.push(thread),
+            Err(error) => {
+                tracing::warn!(%error, "no thread to remove released segments; removing them in line");
+                remove(&hidden);
+            }
+        }
     }
 
     /// The last raft index the log holds (entries, or a snapshot past them).
@@ -435,6 +494,7 @@ impl Wal {
             seq: self.tail.name.seq + 1,
             first_index: self.last_index + 1,
         };
+        let started = Instant::now();
         let prepared = match self.spare.take() {
             Some(spare) => spare.take(&self.dir, size_bytes),
             None => spare::prepare(&self.dir, size_bytes, &AtomicBool::new(false)),
@@ -462,6 +522,13 @@ impl Wal {
                 self.tail = tail;
                 self.encoder = Encoder::new(crc);
                 self.segments.push(name);
+                // etcd's line for a cut, with how long the writes behind
+                // it waited (a spare not ready yet is filled here).
+                tracing::info!(
+                    path = %self.tail.path.display(),
+                    took_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "created a new WAL segment"
+                );
                 Ok(())
             }
             Err(error) => {
