@@ -1,6 +1,7 @@
 //! The log's durability primitives behind a seam: positioned writes,
 //! `fdatasync` and the directory's fsync, as the log calls them while it
-//! runs (a save, a segment's creation, a release of old segments). The
+//! runs (a save, a segment's creation, a release of old segments, and
+//! the removal of released segments' files). The
 //! real disk ([`RealDisk`]) is `sync.rs`, with its failpoints; a test or
 //! a simulator gives its own [`Disk`] to fail, delay or watch them for one
 //! log alone, where the failpoints act on the whole process.
@@ -11,8 +12,10 @@
 use std::fmt::Debug;
 use std::fs::File;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 
+use crate::removal;
 use crate::sync;
 
 /// Where the log's writes and syncs go.
@@ -23,6 +26,14 @@ pub trait Disk: Send + Sync + Debug {
     fn fdatasync(&self, file: &File) -> io::Result<()>;
     /// Makes `dir`'s entries (files created, renamed, removed) durable.
     fn fsync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Frees the files of released segments, already renamed out of the
+    /// log and no longer read: the real disk removes them on a thread of
+    /// its own in paced steps (removal.rs) and returns the thread, for
+    /// the log to wait for when it closes. A simulator removes them at
+    /// once, so that no thread's timing reaches its runs.
+    fn release(&self, paths: Vec<PathBuf>) -> Option<JoinHandle<()>> {
+        removal::remove_on_thread(paths, "a released segment")
+    }
 }
 
 /// The real disk: `sync.rs`'s calls.

@@ -24,8 +24,9 @@
 
 use std::fs::{self, OpenOptions};
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::thread::JoinHandle;
 
 /// Bytes a removal frees per step: at 8 MiB a 64 MiB file goes in 8
 /// synced steps of about 10 ms each, and an appending writer's
@@ -57,6 +58,35 @@ pub fn remove_paced(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {
         Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
         _ => Ok(()),
+    }
+}
+
+/// Removes `paths`, in order, on a thread of its own, and returns the
+/// thread for the caller to wait for before it reuses the directory.
+/// Without a thread to be had, removes them here. A failed removal is
+/// logged as `what` could not be removed, never fatal: the files are no
+/// longer part of their store.
+pub fn remove_on_thread(paths: Vec<PathBuf>, what: &'static str) -> Option<JoinHandle<()>> {
+    let mine = paths.clone();
+    match std::thread::Builder::new()
+        .name("file-removal".into())
+        .spawn(move || remove_all(&mine, what))
+    {
+        Ok(thread) => Some(thread),
+        Err(error) => {
+            tracing::warn!(%error, "no thread to remove files; removing them in line");
+            remove_all(&paths, what);
+            None
+        }
+    }
+}
+
+/// [`remove_paced`] for each of `paths`, logging a failure.
+pub fn remove_all(paths: &[PathBuf], what: &'static str) {
+    for path in paths {
+        if let Err(error) = remove_paced(path) {
+            tracing::warn!(path = %path.display(), %error, "{what} could not be removed");
+        }
     }
 }
 

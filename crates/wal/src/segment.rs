@@ -60,8 +60,14 @@ pub fn list(dir: &Path) -> Result<Vec<SegmentName>> {
         };
         if file_name.ends_with(TEMPORARY_SUFFIX) {
             let path = entry.path();
-            fs::remove_file(&path).map_err(|e| Error::io("remove leftover", &path, e))?;
-            tracing::info!(path = %path.display(), "removed an unfinished segment");
+            // A released segment's removal may still be under way on a
+            // thread of a log closed without waiting: gone is what it asks.
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io("remove leftover", &path, e));
+                }
+                _ => tracing::info!(path = %path.display(), "removed an unfinished segment"),
+            }
         } else if let Some(name) = SegmentName::parse(file_name) {
             names.push(name);
         }

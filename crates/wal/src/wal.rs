@@ -343,36 +343,19 @@ impl Wal {
         Ok(keep_from)
     }
 
-    /// Removes released segments, already hidden under `.tmp` names, on a
-    /// thread of their own in paced steps (removal.rs): the raft loop that
-    /// releases them must not wait while the file system frees 64 MiB.
-    /// A failed removal is logged, not fatal: the file is no longer part
-    /// of the log, and the next open removes what is left of it. With
-    /// [`RELEASE_THREADS_MAX`] removals still running, or no thread to be
-    /// had, this one runs here.
+    /// Frees released segments' files, already hidden under `.tmp`
+    /// names, through the disk ([`Disk::release`]: on a thread of its own
+    /// in paced steps, removal.rs), as the raft loop that releases them
+    /// must not wait while the file system frees 64 MiB. A failed removal
+    /// is logged, not fatal: the file is no longer part of the log, and
+    /// the next open removes what is left of it. With
+    /// [`RELEASE_THREADS_MAX`] removals still running, this one runs here.
     fn remove_released(&mut self, hidden: Vec<PathBuf>) {
-        fn remove(hidden: &[PathBuf]) {
-            for path in hidden {
-                if let Err(error) = removal::remove_paced(path) {
-                    tracing::warn!(path = %path.display(), %error, "a released segment could not be removed");
-                }
-            }
-        }
         self.releasing.retain(|thread| !thread.is_finished());
         if self.releasing.len() >= RELEASE_THREADS_MAX {
-            return remove(&hidden);
+            return removal::remove_all(&hidden, "a released segment");
         }
-        let paths = hidden.clone();
-        match std::thread::Builder::new()
-            .name("wal-release".into())
-            .spawn(move || remove(&paths))
-        {
-            Ok(thread) => self.releasing.push(thread),
-            Err(error) => {
-                tracing::warn!(%error, "no thread to remove released segments; removing them in line");
-                remove(&hidden);
-            }
-        }
+        self.releasing.extend(self.options.disk.release(hidden));
     }
 
     /// The last raft index the log holds (entries, or a snapshot past them).
