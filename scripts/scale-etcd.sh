@@ -258,6 +258,12 @@ leader_changes() {
 # Loads back to back while an action runs: at most this many.
 LOADS_MAX=20
 
+# etcdctl's bound on one compaction or defrag: a compaction of 10M
+# revisions under the loads took 581 and 614-622 s on a slow machine
+# (2026-11-29), past the ten minutes this was, and the row then lost its
+# time; half an hour still ends a hung member's row.
+MAINTENANCE_TIMEOUT=1800s
+
 # One load: SCALE_LOAD_PUTS puts at 1000 clients to the leader; prints
 # its p99 and longest put in ms and its failed puts.
 one_load() {
@@ -289,8 +295,9 @@ load_row() {  # name row action
     done=$(mktemp)
     started=$(date +%s.%N)
     if [ -n "$action" ]; then
-        (sleep 1; local from; from=$(date +%s.%N); eval "$action" > /dev/null
-         printf '%.2f s' "$(echo "$(date +%s.%N) - $from" | bc)" > "$done") &
+        (sleep 1; local from outcome=""; from=$(date +%s.%N)
+         eval "$action" > /dev/null || outcome=" (failed)"
+         printf '%.2f s%s' "$(echo "$(date +%s.%N) - $from" | bc)" "$outcome" > "$done") &
     fi
     while [ "$loads" -lt "$LOADS_MAX" ]; do
         load=$(one_load) || exit 1
@@ -338,20 +345,20 @@ maintenance_rows() {  # name dir
     revision=$(current_revision)
     printf '%-10s rewrite   %.0f s\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)"
     load_row "$name" quiet ""
-    load_row "$name" compact "'$ETCDCTL_BIN' --endpoints=$endpoints --command-timeout=600s compact --physical $revision"
+    load_row "$name" compact "'$ETCDCTL_BIN' --endpoints=$endpoints --command-timeout=${MAINTENANCE_TIMEOUT} compact --physical $revision"
     load_row "$name" settled ""
     revision=$(current_revision)
     started=$(date +%s.%N)
-    "$ETCDCTL_BIN" --endpoints=$endpoints --command-timeout=600s compact --physical "$revision" > /dev/null
+    "$ETCDCTL_BIN" --endpoints=$endpoints --command-timeout=${MAINTENANCE_TIMEOUT} compact --physical "$revision" > /dev/null
     printf '%-10s recompact %.0f s, unloaded, at revision %s\n' "$name" "$(echo "$(date +%s.%N) - $started" | bc)" "$revision"
     leader=$(leader_endpoint)
     before=$(db_size_mb "$leader")
-    load_row "$name" defrag "'$ETCDCTL_BIN' --endpoints=$leader --command-timeout=600s defrag"
+    load_row "$name" defrag "'$ETCDCTL_BIN' --endpoints=$leader --command-timeout=${MAINTENANCE_TIMEOUT} defrag"
     printf '%-10s dbsize    %s before the defrag, %s after\n' "$name" "$before" "$(db_size_mb "$leader")"
     # The same defrag once the loads are over: what it gives back idle.
     before=$(db_size_mb "$leader")
     started=$(date +%s.%N)
-    "$ETCDCTL_BIN" --endpoints="$leader" --command-timeout=600s defrag > /dev/null
+    "$ETCDCTL_BIN" --endpoints="$leader" --command-timeout=${MAINTENANCE_TIMEOUT} defrag > /dev/null
     printf '%-10s idle      defrag %.2f s, %s before, %s after\n' "$name" \
         "$(echo "$(date +%s.%N) - $started" | bc)" "$before" "$(db_size_mb "$leader")"
 }
