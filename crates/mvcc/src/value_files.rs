@@ -410,8 +410,8 @@ impl ValueFiles {
 
     /// Forgets file `number`, which no pointer sled may recover names, and
     /// removes it on a thread of its own, in paced steps (wal's
-    /// `removal.rs`): unlinking a file of [`VALUE_FILE_BYTES_MAX`] took 15
-    /// to 60 ms here, which the applies waited for when a reclaim's step
+    /// `removal.rs`): unlinking a file of [`VALUE_FILE_BYTES_MAX`] took tens
+    /// of milliseconds here, which the applies waited for when a reclaim's step
     /// did it, and freeing it whole stalled the syncs of every appending
     /// file on the disk. A failed removal leaves a file no pointer names,
     /// which the next open deletes; it is logged, not fatal.

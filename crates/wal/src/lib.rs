@@ -60,8 +60,10 @@
 //! A new segment starts as `spare.tmp`, preallocated and written full of
 //! zeros (see [`spare`]), is given its header and synced, then renamed into
 //! place, then the directory is fsynced. So a segment that exists under its
-//! final name always has a durable header. Leftover `.tmp` files are
-//! removed at open.
+//! final name always has a durable header. A released segment leaves
+//! the other way: renamed to `<name>.wal.tmp`, the directory fsynced,
+//! then freed on a thread in steps (see [`removal`]). Leftover `.tmp`
+//! files are removed at open.
 //!
 //! Segments are preallocated to the segment size (64 MiB by default,
 //! settable for tests), rounded up to 4 KiB. Bytes past the last record

@@ -3,12 +3,12 @@
 //! Both stores drop whole files as they go: the log its released
 //! segments (`Wal::release_to`), the MVCC store its dead value files. On
 //! ext4 mounted with `discard`, as cloud disks often are, unlinking one of
-//! 64 MiB took 50 to 60 ms in the `unlink` call itself, and while the file
-//! system freed (and trimmed) its extents, another file's `fdatasync` that
-//! needed a journal commit (an append, as the value files and sled's log
-//! make) waited up to 90 ms, against 16 ms without the unlink
-//! (`docs/measurements.md`). The raft loop that released segments waited
-//! the unlink itself: 60 to 135 ms every other snapshot at ten million keys.
+//! 64 MiB takes tens of milliseconds in the `unlink` call itself, and
+//! while the file system frees (and trims) its extents, another file's
+//! `fdatasync` that needs a journal commit (an append, as the value files
+//! and sled's log make) waits about as long (`docs/measurements.md`). The
+//! raft loop that released segments waited the unlink itself, on every
+//! other snapshot at ten million keys.
 //!
 //! So a file goes in steps: it is truncated by [`REMOVAL_CHUNK_BYTES`] at
 //! a time, each step synced, so that each journal commit frees a few
@@ -28,11 +28,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 
-/// Bytes a removal frees per step: at 8 MiB a 64 MiB file goes in 8
-/// synced steps of about 10 ms each, and an appending writer's
-/// `fdatasync` beside them waited no longer than without the removal
-/// (`docs/measurements.md`), where one unlink of the whole file made it
-/// wait up to 90 ms.
+/// Bytes a removal frees per step: a 64 MiB file goes in 8 synced steps,
+/// and an appending writer's `fdatasync` beside them waited a fifth of
+/// what it waited beside one unlink of the whole file
+/// (`docs/measurements.md`); each step is one more sync of the removing
+/// thread, so much smaller steps only add syncs.
 pub const REMOVAL_CHUNK_BYTES: u64 = 8 << 20;
 
 /// One removal at a time in the process: two would free extents into the
