@@ -437,7 +437,9 @@ impl ValueFiles {
                 self.unlinking.retain(|thread| !thread.is_finished());
                 self.unlinking.push(thread);
             }
-            Err(error) => tracing::warn!(%error, "no thread to remove a value file; it stays until the next open"),
+            Err(error) => {
+                tracing::warn!(%error, "no thread to remove a value file; the next retire or open removes it")
+            }
         }
     }
 
