@@ -518,9 +518,7 @@ fn remove_retired(retired: &Mutex<Retired>) {
         }) else {
             return;
         };
-        if let Err(error) = wal::removal::remove_paced(&path) {
-            tracing::warn!(path = %path.display(), %error, "a reclaimed value file could not be removed");
-        }
+        wal::removal::remove_all(&[path], "a reclaimed value file");
     }
 }
 
