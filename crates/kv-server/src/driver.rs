@@ -14,6 +14,7 @@ pub use crate::error::{Error, RequestError};
 pub use crate::flags::loopback::{joining_args, member_args, peer_url};
 pub use crate::halt::Fatal;
 pub use crate::member::core::Member;
+pub use crate::raft::inbox::{NodeReceiver, NodeSender};
 pub use crate::raft::input::{NodeInput, Outbox};
 pub use crate::raft::node::{Node, INPUTS_PER_READY_MAX};
 pub use crate::server::join::membership_from;

@@ -4,7 +4,6 @@
 //! lease keep-alives, time-to-live and member promotions here when this
 //! member leads; a joining member asks for the membership.
 
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use protobuf::Message as _;
@@ -17,11 +16,12 @@ use crate::peer::snapshot_receive;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::peer_server::{Peer, PeerServer};
 use crate::proto::kvserverpb::{MembersRequest, MembershipRecord, PeerAck, RaftBatch, SnapshotChunk};
+use crate::raft::inbox::NodeSender;
 use crate::raft::input::NodeInput;
 use crate::storage::layout::DataDir;
 
 pub struct PeerService {
-    pub node: SyncSender<NodeInput>,
+    pub node: NodeSender,
     pub member: Arc<Member>,
     pub dir: DataDir,
 }

@@ -11,7 +11,7 @@
 //! of the changes; then the writers are answered, and the applied index
 //! moves. A store that cannot apply stops the member.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,7 @@ use crate::member::waiters::Waiters;
 use crate::membership::{Change, Membership, SharedMembership};
 use crate::peer::transport::PeerSet;
 use crate::proto::kvserverpb::auth_request::Request as AuthChange;
+use crate::raft::inbox::NodeSender;
 use crate::raft::input::{NodeInput, ReadWaiter};
 use crate::raft::status::RaftStatus;
 use crate::storage::layout::DataDir;
@@ -61,7 +62,7 @@ pub struct StageParts {
     /// Notified when this member is removed.
     pub stop: Arc<Notify>,
     /// The raft loop's input, for answering its flush requests.
-    pub node: SyncSender<NodeInput>,
+    pub node: NodeSender,
     /// The least pause between compaction steps
     /// (`--experimental-compaction-sleep-interval`).
     pub compaction_sleep: Duration,

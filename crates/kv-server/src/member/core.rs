@@ -5,7 +5,7 @@
 //! loop's internals: it talks to the loop through its input queue only.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::TrySendError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use crate::peer::channels::PeerChannels;
 use crate::peer::transport::PeerSet;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::{raft_request, RaftRequest};
+use crate::raft::inbox::NodeSender;
 use crate::raft::input::NodeInput;
 use crate::raft::status::RaftStatus;
 use crate::watch::hub::WatchHub;
@@ -55,7 +56,7 @@ pub struct MemberParts {
     pub waiters: Arc<Waiters>,
     pub lessor: Arc<Lessor>,
     pub watch_hub: Arc<WatchHub>,
-    pub node: SyncSender<NodeInput>,
+    pub node: NodeSender,
     pub peers: Arc<PeerSet>,
     pub auth: Arc<Auth>,
     /// Raised by the member's threads on a fault it cannot go on after.
@@ -132,7 +133,7 @@ pub struct Member {
     /// commits), sampled with `disk_bytes` and after a defragmentation:
     /// Status's `dbSizeInUse`.
     pub(super) live_bytes: AtomicU64,
-    pub(super) node: SyncSender<NodeInput>,
+    pub(super) node: NodeSender,
     pub(crate) leader_channels: PeerChannels,
     pub(crate) lease_ids: LeaseIds,
     pub(super) clock: Arc<dyn Clock>,

@@ -24,7 +24,6 @@
 //! one entry at `--max-request-bytes`).
 
 use std::io;
-#[cfg(test)]
 use std::io::Read;
 
 use protobuf::Message as _;
@@ -101,11 +100,12 @@ impl Default for FrameReader {
 }
 
 impl FrameReader {
-    /// Reads once from `stream` (blocking as it blocks) and parses every
-    /// whole frame now buffered, in order. `Ok(None)` when the stream
-    /// ended; bytes read are added to `received`. (The member reads with
-    /// [`FrameReader::read_async`]; tests read with this.)
-    #[cfg(test)]
+    /// Reads once from `stream` (blocking as it blocks; a non-blocking
+    /// socket's `WouldBlock` is returned as the error it is) and parses
+    /// every whole frame now buffered, in order. `Ok(None)` when the
+    /// stream ended; bytes read are added to `received`. The raft loop
+    /// reads plain streams with this; TLS ones are read with
+    /// [`FrameReader::read_async`].
     pub fn read(&mut self, stream: &mut impl Read, received: &mut u64) -> io::Result<Option<Vec<Message>>> {
         let read = stream.read(self.space())?;
         self.filled(read, received)

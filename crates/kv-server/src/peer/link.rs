@@ -17,7 +17,6 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,6 +28,7 @@ use crate::peer::connection::{dial, Answer, Connection};
 use crate::peer::frames;
 use crate::peer::frames::REMOVED_MESSAGE;
 use crate::peer::timeouts::PeerTimeouts;
+use crate::raft::inbox::NodeSender;
 use crate::raft::input::NodeInput;
 
 /// Pause before reconnecting to a peer that could not be reached.
@@ -43,7 +43,7 @@ const LINK_POLL: Duration = Duration::from_millis(100);
 /// timeouts, and which peers' streams are up.
 pub(super) struct LinkShared {
     pub(super) local: u64,
-    pub(super) node: SyncSender<NodeInput>,
+    pub(super) node: NodeSender,
     /// Raised when a peer says this member was removed.
     pub(super) halt: Halt,
     /// etcd's `--raft-read-timeout` and `--raft-write-timeout`.

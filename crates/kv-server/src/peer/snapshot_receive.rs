@@ -6,25 +6,20 @@
 //! marker and deletes the file; `storage::pending` says how a crash in
 //! between is finished.
 
-use std::sync::mpsc::SyncSender;
-
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
 use tokio::io::AsyncWriteExt;
 use tonic::{Status, Streaming};
 
 use crate::proto::kvserverpb::SnapshotChunk;
+use crate::raft::inbox::NodeSender;
 use crate::raft::input::NodeInput;
 use crate::storage::layout::DataDir;
 
 /// Receives one snapshot: writes it to a pending file, durably, then hands
 /// raft the message. The file's name says which snapshot it holds, so the
 /// message carries no path.
-pub async fn receive(
-    dir: &DataDir,
-    node: &SyncSender<NodeInput>,
-    mut chunks: Streaming<SnapshotChunk>,
-) -> Result<(), Status> {
+pub async fn receive(dir: &DataDir, node: &NodeSender, mut chunks: Streaming<SnapshotChunk>) -> Result<(), Status> {
     let first = chunks
         .message()
         .await?

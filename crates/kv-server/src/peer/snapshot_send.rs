@@ -16,7 +16,6 @@
 
 use std::io::Write as _;
 use std::path::Path;
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +28,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::peer::channels::endpoint;
 use crate::proto::kvserverpb::peer_client::PeerClient;
 use crate::proto::kvserverpb::SnapshotChunk;
+use crate::raft::inbox::NodeSender;
 use crate::raft::input::NodeInput;
 use crate::storage::layout::DataDir;
 
@@ -59,7 +59,7 @@ pub async fn send_loop(
     url: String,
     mut snapshots: mpsc::Receiver<Message>,
     source: Arc<SnapshotSource>,
-    node: SyncSender<NodeInput>,
+    node: NodeSender,
 ) {
     while let Some(message) = snapshots.recv().await {
         let index = message.get_snapshot().get_metadata().index;

@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,6 +30,7 @@ use crate::peer::frames;
 use crate::peer::link::{Link, LinkShared};
 use crate::peer::snapshot_send::{self, SnapshotSource};
 use crate::peer::timeouts::PeerTimeouts;
+use crate::raft::inbox::NodeSender;
 use crate::raft::input::{NodeInput, Outbox};
 
 /// One peer's link: the raft stream's connection, and the snapshot
@@ -49,7 +49,7 @@ pub struct PeerSet {
     links: Mutex<HashMap<u64, PeerLink>>,
     /// What every link reports to and reads.
     shared: Arc<LinkShared>,
-    node: SyncSender<NodeInput>,
+    node: NodeSender,
     runtime: tokio::runtime::Handle,
     snapshots_from: Arc<SnapshotSource>,
     /// Whether links to the peers are started: not for a member whose
@@ -60,7 +60,7 @@ pub struct PeerSet {
 impl PeerSet {
     pub fn new(
         local: u64,
-        node: SyncSender<NodeInput>,
+        node: NodeSender,
         runtime: &tokio::runtime::Handle,
         snapshots_from: &Arc<SnapshotSource>,
         halt: &Halt,
@@ -356,8 +356,8 @@ mod tests {
         runtime: &tokio::runtime::Runtime,
         dir: &std::path::Path,
         timeouts: PeerTimeouts,
-    ) -> (Arc<PeerSet>, std_mpsc::Receiver<NodeInput>) {
-        let (node, node_inputs) = std::sync::mpsc::sync_channel(NODE_QUEUE_FOR_TEST);
+    ) -> (Arc<PeerSet>, crate::raft::inbox::NodeReceiver) {
+        let (node, node_inputs) = crate::raft::inbox::channel(NODE_QUEUE_FOR_TEST).unwrap();
         let data = crate::storage::layout::DataDir::new(dir.to_path_buf());
         data.create().unwrap();
         let source = Arc::new(SnapshotSource {

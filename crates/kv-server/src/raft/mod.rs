@@ -3,6 +3,8 @@
 //! - [`input`]: what the loop takes in (`NodeInput`) and the `Outbox` it
 //!   sends peer messages through; the rest of the member depends on this,
 //!   never on the loop.
+//! - [`inbox`]: how the loop waits: its queue's senders ring a doorbell,
+//!   and it reads the peers' raft streams itself.
 //! - [`status`]: term, leader, commit and applied indexes, for anyone.
 //! - [`node`]: the loop itself, one thread: inputs become Readies, each
 //!   persisted with one fdatasync, committed entries go to the apply stage.
@@ -13,6 +15,7 @@
 //!   heartbeats and leader changes, in etcd's log lines.
 
 pub mod events;
+pub mod inbox;
 pub mod input;
 pub mod log;
 pub mod logger;

@@ -16,7 +16,6 @@
 //! of a second. Every wait is bounded.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,6 +28,7 @@ use crate::error::RequestError;
 use crate::member::core::Member;
 use crate::proto::etcdserverpb as pb;
 use crate::proto::kvserverpb::{auth_request, raft_request, AuthRequest};
+use crate::raft::inbox::NodeSender;
 use crate::raft::input::{NodeInput, Outbox};
 use crate::server::wiring::{self, Threads, World};
 
@@ -43,7 +43,7 @@ const VOTERS: usize = 3;
 /// off neither sends nor receives.
 #[derive(Clone, Default)]
 struct Network {
-    inputs: Arc<Mutex<HashMap<u64, SyncSender<NodeInput>>>>,
+    inputs: Arc<Mutex<HashMap<u64, NodeSender>>>,
     cut_off: Arc<Mutex<HashSet<u64>>>,
 }
 
@@ -71,7 +71,7 @@ struct TestMember {
     id: u64,
     member: Arc<Member>,
     /// The raft loop's input, where the network delivers.
-    input: SyncSender<NodeInput>,
+    input: NodeSender,
     /// The member's threads, joined on drop, so that no store of a
     /// finished test writes into its removed directory.
     threads: Option<Threads>,

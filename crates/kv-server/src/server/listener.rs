@@ -195,7 +195,7 @@ async fn route_plain(
     // A peer says what it carries within the read timeout, as etcd's
     // peer listener reads each request within it.
     match opens_raft_stream(&stream, raft.timeouts.read).await {
-        Some(true) => raft.serve(stream, permit),
+        Some(true) => raft.serve_plain(stream, permit),
         Some(false) => {
             let connection = Connection {
                 stream: Stream::Plain(Socket::Tcp(stream)),

@@ -15,7 +15,6 @@
 //!    apply stage applies what was committed, the store writes its open
 //!    batch, and the process exits with 0.
 
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use tonic_health::ServingStatus;
@@ -30,7 +29,7 @@ use crate::config::{self, GRPC_OVERHEAD_BYTES};
 use crate::error::Error;
 use crate::member::core::Member;
 use crate::peer::receive::RaftInbound;
-use crate::raft::input::NodeInput;
+use crate::raft::inbox::NodeSender;
 use crate::server::client_port::{self, ClientPort, Traffic, Transport};
 use crate::server::listener::{BoundedListener, Listen, ListenerTls, CLIENT_CONNECTIONS_MAX, PEER_CONNECTIONS_MAX};
 use crate::server::tasks;
@@ -42,7 +41,7 @@ use crate::tls::admission::Admission;
 /// while client requests hold every worker of the main runtime.
 pub async fn serve(
     member: Arc<Member>,
-    node: SyncSender<NodeInput>,
+    node: NodeSender,
     dir: DataDir,
     peers: tokio::runtime::Handle,
 ) -> Result<(), Error> {
@@ -181,7 +180,7 @@ fn tls_for(
     }))
 }
 
-async fn serve_peers(member: &Arc<Member>, node: SyncSender<NodeInput>, dir: DataDir) -> Result<(), Error> {
+async fn serve_peers(member: &Arc<Member>, node: NodeSender, dir: DataDir) -> Result<(), Error> {
     for url in config::urls(&member.config().listen_peer_urls) {
         let tls = &member.config().tls;
         let tls = tls_for(&url, || tls.peer_server_config(), || tls.peer_admission())?;

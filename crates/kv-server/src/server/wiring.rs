@@ -5,7 +5,7 @@
 //! between them is the member's [`World`]: where its raft messages go,
 //! whether it dials its peers, and the clock its apply stage reads.
 
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -26,7 +26,8 @@ use crate::member::waiters::Waiters;
 use crate::membership::{Membership, SharedMembership};
 use crate::peer::snapshot_send::SnapshotSource;
 use crate::peer::transport::{PeerSet, PeerTransport};
-use crate::raft::input::{NodeInput, Outbox, NODE_INPUT_CAPACITY};
+use crate::raft::inbox::{self, NodeReceiver, NodeSender};
+use crate::raft::input::{Outbox, NODE_INPUT_CAPACITY};
 use crate::raft::logger;
 use crate::raft::node::{Node, NodeConfig, NodeParts, LEADER_WAIT_ELECTIONS};
 use crate::raft::status::RaftStatus;
@@ -78,9 +79,9 @@ impl World {
 pub struct Wired {
     pub member: Arc<Member>,
     pub node: Node,
-    pub node_inputs: Receiver<NodeInput>,
+    pub node_inputs: NodeReceiver,
     /// The raft loop's input, for the server's peer service.
-    pub node_sender: SyncSender<NodeInput>,
+    pub node_sender: NodeSender,
     pub stage: Stage,
     pub apply_inputs: Receiver<ApplyInput>,
 }
@@ -88,7 +89,7 @@ pub struct Wired {
 /// Builds a member from `opened` with the settings of `config`; its
 /// snapshot senders and peer links run on `runtime`.
 pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, world: World) -> Result<Wired, Error> {
-    let (node_sender, node_inputs) = sync_channel(NODE_INPUT_CAPACITY);
+    let (node_sender, node_inputs) = inbox::channel(NODE_INPUT_CAPACITY)?;
     let (apply_sender, apply_inputs) = sync_channel(APPLY_QUEUE_CAPACITY);
     let source = Arc::new(SnapshotSource {
         store: opened.store.clone(),
@@ -190,7 +191,7 @@ impl Wired {
     /// each guarded by the member's halt (a fault or a panic there stops
     /// the member). Returns the member, the raft loop's input and the
     /// threads.
-    pub fn spawn(self) -> Result<(Arc<Member>, SyncSender<NodeInput>, Threads), Error> {
+    pub fn spawn(self) -> Result<(Arc<Member>, NodeSender, Threads), Error> {
         let Wired {
             member,
             node,
@@ -258,7 +259,7 @@ impl Shared {
         &self,
         member_id: u64,
         (dir, store, marker): (DataDir, Arc<mvcc::Store>, Arc<SnapshotMarker>),
-        node: SyncSender<NodeInput>,
+        node: NodeSender,
         config: &Config,
     ) -> StageParts {
         StageParts {

@@ -17,7 +17,7 @@
 //! restart opens the same directory, as a restarted process would.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -29,8 +29,8 @@ use super::network::SimOutbox;
 use super::rng::SeededEntropy;
 use kv_server::config::Config;
 use kv_server::driver::{
-    membership_from, wire, ApplyInput, DataDir, Error, Fatal, Member, Node, NodeInput, Published, Stage, World,
-    INPUTS_PER_READY_MAX,
+    membership_from, wire, ApplyInput, DataDir, Error, Fatal, Member, Node, NodeInput, NodeReceiver, NodeSender,
+    Published, Stage, World, INPUTS_PER_READY_MAX,
 };
 use kv_server::proto::kvserverpb::MembershipRecord;
 
@@ -45,8 +45,8 @@ pub const SYNC_LATENCY_US: (u64, u64) = (50, 500);
 struct Running {
     member: Arc<Member>,
     node: Node,
-    node_inputs: Receiver<NodeInput>,
-    node_sender: SyncSender<NodeInput>,
+    node_inputs: NodeReceiver,
+    node_sender: NodeSender,
     stage: Stage,
     apply_inputs: Receiver<ApplyInput>,
     /// When the stage's wait for input would end (then it commits).

@@ -22,7 +22,7 @@ mod proposals;
 mod ready;
 
 use std::collections::VecDeque;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,7 @@ use crate::error::{Error, RequestError};
 use crate::halt::Fatal;
 use crate::membership::conf_change_refused;
 use crate::raft::events::Events;
+use crate::raft::inbox::{Inbox, NodeReceiver, Waited};
 use crate::raft::input::{NodeInput, Outbox, ReadWaiter};
 use crate::raft::log::RaftLog;
 use crate::raft::read_index::ReadIndexQueue;
@@ -227,27 +228,20 @@ impl Node {
     }
 
     /// Runs until every input sender is gone, or until told to stop, on
-    /// the real clock: waits for inputs until the next wake, takes every
-    /// input then queued (up to [`INPUTS_PER_READY_MAX`]), and takes a
-    /// turn. Returns the fault that stopped it, if one did: a failed WAL
+    /// the real clock: waits until the next wake for inputs, on its queue
+    /// and on the peers' raft streams it reads itself (`raft::inbox`),
+    /// takes every input then queued (up to [`INPUTS_PER_READY_MAX`]),
+    /// and takes a turn. Returns the fault that stopped it, if one did: a failed WAL
     /// write or a stopped apply stage. Nothing more is written or sent
     /// after it.
-    pub fn run(mut self, inputs: Receiver<NodeInput>) -> Result<(), Fatal> {
+    pub fn run(mut self, inputs: NodeReceiver) -> Result<(), Fatal> {
         let mut turn = Vec::with_capacity(INPUTS_PER_READY_MAX);
+        let mut inbox = Inbox::new(inputs);
         loop {
             let now = Instant::now();
             let wait = self.next_wake(now).saturating_duration_since(now);
-            match inputs.recv_timeout(wait) {
-                Ok(input) => {
-                    turn.push(input);
-                    // Let whoever else is runnable on this core (client
-                    // handlers proposing) run first, so the turn takes
-                    // their inputs too; returns at once on an idle core.
-                    std::thread::yield_now();
-                    turn.extend(inputs.try_iter().take(INPUTS_PER_READY_MAX - 1));
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return self.close(),
+            if let Waited::Closed = inbox.gather(wait, &mut turn, INPUTS_PER_READY_MAX) {
+                return self.close();
             }
             match self.turn(&mut turn, Instant::now()) {
                 Ok(None) => {}
