@@ -8,8 +8,9 @@
 //! - [`connection`]: one raft stream's connection: dialling, TLS, and
 //!   the bytes waiting for the socket.
 //! - [`frames`]: the raft stream's wire format.
-//! - [`receive`]: peers' raft streams read, a runtime task each, into
-//!   the raft loop.
+//! - [`receive`]: peers' raft streams: a plain one handed to the raft
+//!   loop, which reads it itself (`raft::inbox`); a TLS one read by a
+//!   runtime task into the loop's queue.
 //! - [`snapshot_send`]: the store streamed to a peer as a file.
 //! - [`snapshot_receive`]: a snapshot from the leader, kept as a pending
 //!   file before raft hears of it.

@@ -3,7 +3,7 @@
 //!
 //! A peer's batch used to be read by a task on the peer runtime and
 //! queued for the loop: two threads woken per batch, on every member,
-//! about a tenth of one put's context switches and a quarter of the
+//! about a fifth of one put's context switches and a quarter of the
 //! members' CPU at one client (`docs/benchmarks/history.md`, seventh
 //! round). Now the loop waits in `poll(2)` on the streams and on a
 //! doorbell, and reads what arrives on its own thread.
