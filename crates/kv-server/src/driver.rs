@@ -5,7 +5,7 @@
 //! here is used by the server itself; it is the list of what the
 //! simulator may reach, so the rest of the crate stays private.
 
-pub use crate::apply::input::ApplyInput;
+pub use crate::apply::input::{ApplyInput, ApplyReceiver};
 pub use crate::apply::stage::Stage;
 pub use crate::auth::Caller;
 pub use crate::clock::Clock;

@@ -1,4 +1,22 @@
-//! What the raft loop hands the apply stage, in order.
+//! What the raft loop hands the apply stage, in order, and the queue
+//! it goes through.
+//!
+//! The queue is a bounded channel whose receiver never blocks inside it:
+//! the stage parks its thread itself, and the sender unparks it only if
+//! it said it was about to park. A receiver blocked in the channel is
+//! woken by a sender that still holds the channel's lock; on a core the
+//! two threads share, the woken stage then ran first, found the lock
+//! held, and slept again until the sender let it go: two wake-ups per
+//! hand-off where one does (`docs/benchmarks/history.md`, seventh round).
+//! Each side puts a `SeqCst` fence between its write and its read, so
+//! that the sender either sees the stage parking and unparks it, or the
+//! stage sees the input.
+
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SendError, SyncSender, TryRecvError, TrySendError};
+use std::sync::{Arc, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
 
 use raft::prelude::Entry;
 
@@ -50,4 +68,111 @@ impl ApplyInput {
             ApplyInput::Dropped { .. } => "dropped",
         }
     }
+}
+
+/// What the two ends share: whether the stage is parking, and its thread.
+#[derive(Default)]
+struct Bell {
+    parking: AtomicBool,
+    stage: OnceLock<Thread>,
+}
+
+impl Bell {
+    fn ring(&self) {
+        fence(Ordering::SeqCst);
+        if self.parking.swap(false, Ordering::SeqCst) {
+            if let Some(stage) = self.stage.get() {
+                stage.unpark();
+            }
+        }
+    }
+}
+
+/// The raft loop's end of the queue.
+pub struct ApplySender {
+    /// Taken on drop, so that the stage, unparked, sees the queue closed.
+    queue: Option<SyncSender<ApplyInput>>,
+    bell: Arc<Bell>,
+}
+
+impl ApplySender {
+    fn queue(&self) -> &SyncSender<ApplyInput> {
+        self.queue.as_ref().expect("the queue is taken only on drop")
+    }
+
+    /// Queues `input` unless the queue is full.
+    pub fn try_send(&self, input: ApplyInput) -> Result<(), TrySendError<ApplyInput>> {
+        self.queue().try_send(input)?;
+        self.bell.ring();
+        Ok(())
+    }
+
+    /// Queues `input`, waiting for room.
+    pub fn send(&self, input: ApplyInput) -> Result<(), SendError<ApplyInput>> {
+        self.queue().send(input)?;
+        self.bell.ring();
+        Ok(())
+    }
+}
+
+impl Drop for ApplySender {
+    fn drop(&mut self) {
+        drop(self.queue.take());
+        self.bell.ring();
+    }
+}
+
+/// The apply stage's end of the queue.
+pub struct ApplyReceiver {
+    queue: Receiver<ApplyInput>,
+    bell: Arc<Bell>,
+}
+
+impl ApplyReceiver {
+    /// The next input, if one is queued (the simulator's way in).
+    pub fn try_recv(&self) -> Result<ApplyInput, TryRecvError> {
+        self.queue.try_recv()
+    }
+
+    /// The next input, waiting at most `wait` for one.
+    pub fn recv_timeout(&self, wait: Duration) -> Result<ApplyInput, RecvTimeoutError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.queue.try_recv() {
+                Ok(input) => return Ok(input),
+                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            self.bell.stage.get_or_init(std::thread::current);
+            self.bell.parking.store(true, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            // The last look before parking: a sender that queued before
+            // the flag was up did not unpark.
+            match self.queue.try_recv() {
+                Err(TryRecvError::Empty) => std::thread::park_timeout(deadline - now),
+                received => {
+                    self.bell.parking.store(false, Ordering::SeqCst);
+                    return received.map_err(|_| RecvTimeoutError::Disconnected);
+                }
+            }
+            self.bell.parking.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The queue of [`APPLY_QUEUE_CAPACITY`] inputs.
+pub fn channel() -> (ApplySender, ApplyReceiver) {
+    let (queue, receiver) = sync_channel(APPLY_QUEUE_CAPACITY);
+    let bell = Arc::new(Bell::default());
+    (
+        ApplySender {
+            queue: Some(queue),
+            bell: bell.clone(),
+        },
+        ApplyReceiver { queue: receiver, bell },
+    )
 }

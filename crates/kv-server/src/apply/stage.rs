@@ -11,7 +11,7 @@
 //! of the changes; then the writers are answered, and the applied index
 //! moves. A store that cannot apply stops the member.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TrySendError};
+use std::sync::mpsc::{RecvTimeoutError, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,7 @@ use raft::prelude::Entry;
 use tokio::sync::Notify;
 
 use crate::apply::decode::{decode, Decoded};
-use crate::apply::input::ApplyInput;
+use crate::apply::input::{ApplyInput, ApplyReceiver};
 use crate::auth::state::AuthState;
 use crate::auth::{Auth, Caller};
 use crate::clock::Clock;
@@ -133,7 +133,7 @@ impl Stage {
     /// raft loop. [`Stage::prepare`], [`Stage::next_wake`] and
     /// [`Stage::take`] are the loop's body, for a caller that delivers
     /// the inputs itself.
-    pub fn run(mut self, inputs: Receiver<ApplyInput>) -> Result<(), Fatal> {
+    pub fn run(mut self, inputs: ApplyReceiver) -> Result<(), Fatal> {
         loop {
             let started = Instant::now();
             self.prepare()?;

@@ -5,13 +5,12 @@
 //! between them is the member's [`World`]: where its raft messages go,
 //! whether it dials its peers, and the clock its apply stage reads.
 
-use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use tokio::sync::Notify;
 
-use crate::apply::input::{ApplyInput, APPLY_QUEUE_CAPACITY};
+use crate::apply::input::{self, ApplyReceiver};
 use crate::apply::stage::{Stage, StageParts};
 use crate::auth::state::AuthState;
 use crate::auth::Auth;
@@ -83,14 +82,14 @@ pub struct Wired {
     /// The raft loop's input, for the server's peer service.
     pub node_sender: NodeSender,
     pub stage: Stage,
-    pub apply_inputs: Receiver<ApplyInput>,
+    pub apply_inputs: ApplyReceiver,
 }
 
 /// Builds a member from `opened` with the settings of `config`; its
 /// snapshot senders and peer links run on `runtime`.
 pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, world: World) -> Result<Wired, Error> {
     let (node_sender, node_inputs) = inbox::channel(NODE_INPUT_CAPACITY)?;
-    let (apply_sender, apply_inputs) = sync_channel(APPLY_QUEUE_CAPACITY);
+    let (apply_sender, apply_inputs) = input::channel();
     let source = Arc::new(SnapshotSource {
         store: opened.store.clone(),
         dir: opened.dir.clone(),

@@ -17,7 +17,6 @@
 //! restart opens the same directory, as a restarted process would.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -29,7 +28,7 @@ use super::network::SimOutbox;
 use super::rng::SeededEntropy;
 use kv_server::config::Config;
 use kv_server::driver::{
-    membership_from, wire, ApplyInput, DataDir, Error, Fatal, Member, Node, NodeInput, NodeReceiver, NodeSender,
+    membership_from, wire, ApplyReceiver, DataDir, Error, Fatal, Member, Node, NodeInput, NodeReceiver, NodeSender,
     Published, Stage, World, INPUTS_PER_READY_MAX,
 };
 use kv_server::proto::kvserverpb::MembershipRecord;
@@ -48,7 +47,7 @@ struct Running {
     node_inputs: NodeReceiver,
     node_sender: NodeSender,
     stage: Stage,
-    apply_inputs: Receiver<ApplyInput>,
+    apply_inputs: ApplyReceiver,
     /// When the stage's wait for input would end (then it commits).
     stage_wake: Instant,
     store: Weak<mvcc::Store>,

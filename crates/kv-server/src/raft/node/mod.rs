@@ -22,7 +22,7 @@ mod proposals;
 mod ready;
 
 use std::collections::VecDeque;
-use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::mpsc::TrySendError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ use protobuf::Message as _;
 use raft::prelude::{ConfChange, Entry, EntryType, HardState, Ready};
 use raft::{Config as RaftConfig, RawNode, SnapshotStatus, StateRole, Storage};
 
-use crate::apply::input::{ApplyInput, APPLY_BACKLOG_MAX};
+use crate::apply::input::{ApplyInput, ApplySender, APPLY_BACKLOG_MAX};
 use crate::error::{Error, RequestError};
 use crate::halt::Fatal;
 use crate::membership::conf_change_refused;
@@ -128,7 +128,7 @@ pub struct NodeParts {
     pub status: Arc<RaftStatus>,
     pub marker: Arc<SnapshotMarker>,
     pub outbox: Box<dyn Outbox>,
-    pub apply: SyncSender<ApplyInput>,
+    pub apply: ApplySender,
 }
 
 pub struct Node {
@@ -139,7 +139,7 @@ pub struct Node {
     status: Arc<RaftStatus>,
     marker: Arc<SnapshotMarker>,
     outbox: Box<dyn Outbox>,
-    apply: SyncSender<ApplyInput>,
+    apply: ApplySender,
     reads: ReadIndexQueue,
     /// Index of the last snapshot taken or installed.
     snapshot_index: u64,
