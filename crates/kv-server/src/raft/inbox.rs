@@ -188,10 +188,12 @@ impl Inbox {
     /// something came, it yields the CPU once, so that whoever else is
     /// runnable on this core (client handlers proposing) runs first and
     /// the turn takes their inputs too; on an idle core that returns at
-    /// once.
-    pub fn gather(&mut self, wait: Duration, turn: &mut Vec<NodeInput>, max: usize) -> Waited {
+    /// once. Not for a peer's batch alone on a member that does not
+    /// lead (`leads`): a follower's turn gathers nothing by waiting, and
+    /// on a shared core the yield is a context switch.
+    pub fn gather(&mut self, wait: Duration, turn: &mut Vec<NodeInput>, max: usize, leads: bool) -> Waited {
         self.adopt_streams();
-        let mut came = match self.receiver.queue.try_recv() {
+        let queued = match self.receiver.queue.try_recv() {
             Ok(input) => {
                 turn.push(input);
                 true
@@ -203,8 +205,8 @@ impl Inbox {
             },
         };
         let now = Instant::now();
-        came |= self.read_streams(now, turn, Duration::ZERO);
-        if came {
+        let read = self.read_streams(now, turn, Duration::ZERO);
+        if queued || (read && leads) {
             std::thread::yield_now();
             let room = max.saturating_sub(turn.len());
             turn.extend(self.receiver.queue.try_iter().take(room));

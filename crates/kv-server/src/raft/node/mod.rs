@@ -240,7 +240,8 @@ impl Node {
         loop {
             let now = Instant::now();
             let wait = self.next_wake(now).saturating_duration_since(now);
-            if let Waited::Closed = inbox.gather(wait, &mut turn, INPUTS_PER_READY_MAX) {
+            let leads = self.raw.raft.state == StateRole::Leader;
+            if let Waited::Closed = inbox.gather(wait, &mut turn, INPUTS_PER_READY_MAX, leads) {
                 return self.close();
             }
             match self.turn(&mut turn, Instant::now()) {
