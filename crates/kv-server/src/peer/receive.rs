@@ -75,8 +75,9 @@ impl RaftInbound {
         frames::parse_hello(&hello).ok_or_else(|| io::Error::other("not a raft stream"))
     }
 
-    /// Reads `stream` in a task of its own, which holds `permit` (the
-    /// listener's connection bound) until the stream ends.
+    /// Reads `stream` (a TLS one: the raft loop reads plain sockets only)
+    /// in a task of its own, which holds `permit` (the listener's
+    /// connection bound) until the stream ends.
     pub fn serve<S>(self: &Arc<Self>, stream: S, permit: OwnedSemaphorePermit)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
