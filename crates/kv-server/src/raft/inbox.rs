@@ -196,21 +196,24 @@ impl Inbox {
         let queued = match self.receiver.queue.try_recv() {
             Ok(input) => {
                 turn.push(input);
+                self.poll_streams();
                 true
             }
             Err(TryRecvError::Disconnected) => return Waited::Closed,
+            // Sleeping leaves the streams' readiness in `fds`.
             Err(TryRecvError::Empty) => match self.sleep(wait, turn) {
                 Some(came) => came,
                 None => return Waited::Closed,
             },
         };
         let now = Instant::now();
-        let read = self.read_streams(now, turn, Duration::ZERO);
+        let read = self.read_ready(now, turn);
         if queued || (read && leads) {
             std::thread::yield_now();
             let room = max.saturating_sub(turn.len());
             turn.extend(self.receiver.queue.try_iter().take(room));
-            self.read_streams(now, turn, Duration::ZERO);
+            self.poll_streams();
+            self.read_ready(now, turn);
         }
         self.close_expired(now);
         Waited::Turn
@@ -230,28 +233,31 @@ impl Inbox {
     }
 
     /// Sleeps until an input is queued, a stream is readable, or `wait`
-    /// runs out. Some(true) if an input came (pushed to `turn`), None if
-    /// every sender is gone.
+    /// runs out, and leaves the streams' readiness in `fds` (a poll that
+    /// does not wait, if an input was already there). Some(true) if an
+    /// input came (pushed to `turn`), None if every sender is gone.
     fn sleep(&mut self, wait: Duration, turn: &mut Vec<NodeInput>) -> Option<bool> {
-        let bell = self.receiver.bell.clone();
-        bell.asleep.store(true, Ordering::SeqCst);
+        self.receiver.bell.asleep.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         // The last look before sleeping: a sender that queued before the
         // flag was up did not ring.
-        match self.receiver.queue.try_recv() {
+        let queued = match self.receiver.queue.try_recv() {
             Ok(input) => {
-                bell.asleep.store(false, Ordering::SeqCst);
                 turn.push(input);
-                return Some(true);
+                true
             }
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) => {}
-        }
-        self.poll(wait, true);
+            Err(TryRecvError::Empty) => false,
+        };
+        self.poll(if queued { Duration::ZERO } else { wait }, true);
+        let bell = &self.receiver.bell;
         bell.asleep.store(false, Ordering::SeqCst);
         if self.fds[0].revents != 0 {
             let mut drained = [0u8; 64];
             while matches!((&bell.hear).read(&mut drained), Ok(n) if n > 0) {}
+        }
+        if queued {
+            return Some(true);
         }
         match self.receiver.queue.try_recv() {
             Ok(input) => {
@@ -260,6 +266,15 @@ impl Inbox {
             }
             Err(TryRecvError::Disconnected) => None,
             Err(TryRecvError::Empty) => Some(false),
+        }
+    }
+
+    /// The streams' readiness now, in `fds`, without waiting (none to
+    /// look at when there are no streams).
+    fn poll_streams(&mut self) {
+        match self.streams.is_empty() {
+            true => self.fds.clear(),
+            false => self.poll(Duration::ZERO, false),
         }
     }
 
@@ -298,16 +313,12 @@ impl Inbox {
         }
     }
 
-    /// Reads the streams that are readable within `wait`, adding their
+    /// Reads the streams the last poll found readable, adding their
     /// messages to `turn`; drops those that ended. True if any input came.
-    fn read_streams(&mut self, now: Instant, turn: &mut Vec<NodeInput>, wait: Duration) -> bool {
-        if self.streams.is_empty() {
-            return false;
-        }
-        self.poll(wait, false);
+    fn read_ready(&mut self, now: Instant, turn: &mut Vec<NodeInput>) -> bool {
         let before = turn.len();
         // The streams' results follow the doorbell's slot, in order.
-        let mut results = self.fds[1..].iter();
+        let mut results = self.fds.iter().skip(1);
         self.streams.retain_mut(|stream| {
             let readable = results.next().is_some_and(|fd| fd.revents != 0);
             !readable || stream.read(now, turn)
