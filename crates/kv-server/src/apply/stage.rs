@@ -26,6 +26,7 @@ use crate::clock::Clock;
 use crate::error::RequestError;
 use crate::halt::Fatal;
 use crate::lease::lessor::Lessor;
+use crate::member::courier::Delivery;
 use crate::member::waiters::Waiters;
 use crate::membership::{Change, Membership, SharedMembership};
 use crate::peer::transport::PeerSet;
@@ -221,15 +222,15 @@ impl Stage {
             }
         }
         let applied = self.parts.status.applied();
+        let mut released = Vec::new();
         self.reads.retain_mut(|(index, waiters)| {
             if *index > applied {
                 return true;
             }
-            for waiter in waiters.drain(..) {
-                let _ = waiter.send(Ok(()));
-            }
+            released.extend(waiters.drain(..).map(|waiter| Delivery::Read(waiter, Ok(()))));
             false
         });
+        self.parts.waiters.courier().send(released);
         Ok(())
     }
 
@@ -476,6 +477,7 @@ impl Stage {
     /// Answers every waiter of the batch, in entry order.
     fn answer(&self, outcomes: Vec<(Option<u64>, Option<Refused>)>, applied: Vec<mvcc::Applied>) {
         let mut applied = applied.into_iter();
+        let mut answers = Vec::with_capacity(outcomes.len());
         for (owner, refused) in outcomes {
             let result = match refused {
                 None => Ok(applied.next().expect("one result per request")),
@@ -486,10 +488,11 @@ impl Stage {
                 Some(Refused::Server(error)) => Err(error),
             };
             if let Some(sequence) = owner {
-                self.parts.waiters.answer(sequence, result);
+                answers.push((sequence, result));
             }
         }
         debug_assert!(applied.next().is_none(), "every result has its entry");
+        self.parts.waiters.answer_all(answers);
     }
 
     /// Installs a leader's snapshot: the store takes the pending file's

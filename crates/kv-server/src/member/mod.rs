@@ -4,6 +4,8 @@
 //!   and wait for it to apply, linearize a read, the quota, headers,
 //!   MoveLeader. Its lease operations are `crate::lease`'s, and its auth
 //!   checks and changes `crate::auth`'s.
+//! - [`courier`]: answers carried to the clients' runtime, a batch at a
+//!   time.
 //! - [`corruption`]: etcd's corruption checks and the CORRUPT alarm.
 //! - [`probe`]: the round trip to each peer, for the metrics.
 //! - [`read`]: Range and read-only Txn, served as etcd's server serves
@@ -16,6 +18,7 @@
 
 pub mod core;
 pub mod corruption;
+pub mod courier;
 pub mod probe;
 pub mod read;
 pub mod reconfigure;

@@ -21,6 +21,7 @@ use crate::error::Error;
 use crate::halt::{Fatal, Halt};
 use crate::lease::lessor::Lessor;
 use crate::member::core::{Member, MemberParts};
+use crate::member::courier::Courier;
 use crate::member::waiters::Waiters;
 use crate::membership::{Membership, SharedMembership};
 use crate::peer::snapshot_send::SnapshotSource;
@@ -86,7 +87,7 @@ pub struct Wired {
 }
 
 /// Builds a member from `opened` with the settings of `config`; its
-/// snapshot senders and peer links run on `runtime`.
+/// snapshot senders, peer links and answers' courier run on `runtime`.
 pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, world: World) -> Result<Wired, Error> {
     let (node_sender, node_inputs) = inbox::channel(NODE_INPUT_CAPACITY)?;
     let (apply_sender, apply_inputs) = input::channel();
@@ -94,16 +95,16 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
         store: opened.store.clone(),
         dir: opened.dir.clone(),
     });
-    let local_id = opened.membership.local_id;
+    let (local_id, dials) = (opened.membership.local_id, world.outbox.is_none());
     let lessor = lease_checkpoints(config, &opened.store, world.clock.clone());
-    let dials = world.outbox.is_none();
     let (halt, timeouts) = (Halt::default(), config.peer_timeouts().0);
+    let (courier, _) = Courier::start(runtime);
     let peers = PeerSet::new(local_id, node_sender.clone(), runtime, &source, &halt, timeouts, dials);
     peers.update(&opened.membership);
     let shared = Shared {
         membership: Arc::new(SharedMembership::new(opened.membership)),
         status: Arc::new(RaftStatus::default()),
-        waiters: Arc::new(Waiters::new(world.clock.since_epoch())),
+        waiters: Arc::new(Waiters::new(world.clock.since_epoch(), courier.clone())),
         lessor,
         watch_hub: Arc::new(WatchHub::default()),
         auth: Arc::new(open_auth(config, &opened.store, &world)?),
@@ -122,6 +123,7 @@ pub fn wire(config: &Config, opened: Opened, runtime: &tokio::runtime::Handle, w
             marker: opened.marker.clone(),
             outbox,
             apply: apply_sender,
+            courier,
         },
         &logger::logger(),
     )?;

@@ -33,6 +33,7 @@ use raft::{Config as RaftConfig, RawNode, SnapshotStatus, StateRole, Storage};
 use crate::apply::input::{ApplyInput, ApplySender, APPLY_BACKLOG_MAX};
 use crate::error::{Error, RequestError};
 use crate::halt::Fatal;
+use crate::member::courier::Courier;
 use crate::membership::conf_change_refused;
 use crate::raft::events::Events;
 use crate::raft::inbox::{Inbox, NodeReceiver, Waited};
@@ -129,6 +130,8 @@ pub struct NodeParts {
     pub marker: Arc<SnapshotMarker>,
     pub outbox: Box<dyn Outbox>,
     pub apply: ApplySender,
+    /// Where released reads' answers go.
+    pub courier: Courier,
 }
 
 pub struct Node {
@@ -140,6 +143,7 @@ pub struct Node {
     marker: Arc<SnapshotMarker>,
     outbox: Box<dyn Outbox>,
     apply: ApplySender,
+    courier: Courier,
     reads: ReadIndexQueue,
     /// Index of the last snapshot taken or installed.
     snapshot_index: u64,
@@ -214,6 +218,7 @@ impl Node {
             marker: parts.marker,
             outbox: parts.outbox,
             apply: parts.apply,
+            courier: parts.courier,
             reads: ReadIndexQueue::new(parts.config.id),
             snapshot_index,
             next_to_apply: applied + 1,

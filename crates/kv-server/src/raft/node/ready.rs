@@ -4,6 +4,7 @@
 //! bounded backlog when it lags.
 
 use super::*;
+use crate::member::courier::Delivery;
 
 impl Node {
     /// Handles one Ready in the order raft-rs documents, with etcd's
@@ -127,9 +128,12 @@ impl Node {
         if self.status.applied() < index {
             return self.send_apply(ApplyInput::Read { index, waiters });
         }
-        for waiter in waiters {
-            let _ = waiter.send(Ok(()));
-        }
+        self.courier.send(
+            waiters
+                .into_iter()
+                .map(|waiter| Delivery::Read(waiter, Ok(())))
+                .collect(),
+        );
     }
 
     pub(super) fn send_committed(&mut self, entries: Vec<Entry>) -> Result<(), Fatal> {
