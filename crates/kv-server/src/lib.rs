@@ -51,7 +51,8 @@
 //! apply stage, new entries and hard state to the WAL with one fdatasync,
 //! then the messages that must follow the fsync. The apply stage applies
 //! the committed batch to the store's open batch and answers the
-//! waiter with the store's response.
+//! waiter with the store's response, through the courier that carries a
+//! batch's answers to the clients' runtime at once.
 
 pub mod allocator;
 pub(crate) mod api;
