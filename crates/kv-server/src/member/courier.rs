@@ -4,8 +4,7 @@
 //! client's handler waits on the clients' runtime for a oneshot, and a
 //! oneshot sent from another thread wakes its task from outside the
 //! runtime: tokio pushes it onto the runtime's shared queue and writes the
-//! runtime's eventfd, a system call per answer (measured: one `write` per
-//! put on the leader, saturated or not). The runtime then takes those
+//! runtime's eventfd, a system call per answer. The runtime then takes those
 //! tasks one at a time, each answer's connection is flushed before the
 //! next answer's task runs, and every answer leaves in a `writev` of its
 //! own.
@@ -14,8 +13,9 @@
 //! one task on the clients' runtime sends them: one wake from outside per
 //! batch, and the answers' tasks woken from inside, all queued before any
 //! connection writes, so a connection's answers of one batch leave
-//! together. What the courier holds is bounded by the waiters it answers:
-//! each delivery ends one registered proposal or read.
+//! together (the system calls before and after: docs/benchmarks/history.md,
+//! eighth round). What the courier holds is bounded by the waiters it
+//! answers: each delivery ends one registered proposal or read.
 
 use std::sync::Arc;
 
@@ -35,12 +35,16 @@ pub enum Delivery {
 }
 
 impl Delivery {
+    /// A waiter that gave up has dropped its receiver: nothing to do.
     fn deliver(self) {
-        // A waiter that gave up has dropped its receiver: nothing to do.
-        let _ = match self {
-            Delivery::Proposal(waiter, result) => waiter.send(result).map_err(drop),
-            Delivery::Read(waiter, result) => waiter.send(result).map_err(drop),
-        };
+        match self {
+            Delivery::Proposal(waiter, result) => {
+                let _ = waiter.send(result);
+            }
+            Delivery::Read(waiter, result) => {
+                let _ = waiter.send(result);
+            }
+        }
     }
 }
 
@@ -128,8 +132,8 @@ async fn run(shared: Arc<Shared>) {
 mod tests {
     use super::*;
 
-    // Goal: every answer handed over reaches its waiter, in order, and a
-    // closed courier carries nothing more. Method: a current-thread
+    // Goal: every answer handed over reaches its waiter, and a closed
+    // courier carries nothing more. Method: a current-thread
     // runtime runs the task; batches are sent from another thread, as
     // the apply stage does.
     #[test]
