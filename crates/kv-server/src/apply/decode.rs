@@ -77,7 +77,10 @@ pub fn decode(entry: &Entry, member_id: u64, membership: &Membership) -> Proposa
             return Proposal::internal(None, Decoded::Nothing);
         }
     }
-    let request = RaftRequest::decode(&entry.data[..]).unwrap_or_else(|error| undecodable(entry, &error));
+    // From the entry's shared buffer, not a slice of it: prost takes each
+    // bytes field as a view of the buffer before copying it into its
+    // `Vec`, and over a slice that view is itself a copy.
+    let request = RaftRequest::decode(entry.data.clone()).unwrap_or_else(|error| undecodable(entry, &error));
     let owner = (request.member == member_id).then_some(request.sequence);
     let caller = Caller {
         user: request.user,
