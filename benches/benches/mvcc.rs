@@ -9,6 +9,12 @@
 //!   dropped). A put needs its key's create revision and version; the
 //!   index derives them from the key's history, and the pair shows what a
 //!   put pays once compaction has cut the histories. Reported in puts/s.
+//! - `mvcc_apply_puts_hot_key/100`: batches of 100 puts to one key, put
+//!   1,000 times first: etcd's benchmark tool's `put` with its default
+//!   key space of one key. The key's generation is longer than the index
+//!   looks back (`key_index::GENERATION_SCAN_SLOTS_MAX`), so each put
+//!   reads its create revision and version from the key's latest stored
+//!   revision. Reported in puts/s.
 //! - `mvcc_range/point`: a serializable single-key range in a store of
 //!   100k keys.
 //! - `mvcc_range/prefix_1000`: a prefix range returning 1,000 keys.
@@ -129,6 +135,32 @@ fn apply_puts_history(c: &mut Criterion) {
             b.iter_custom(|iterations| time_batches(&store, &mut raft_index, &mut next, 1000, iterations))
         });
     }
+    group.finish();
+}
+
+fn apply_puts_hot_key(c: &mut Criterion) {
+    kv_server::allocator::tune();
+    let mut group = c.benchmark_group("mvcc_apply_puts_hot_key");
+    group.sample_size(20).measurement_time(Duration::from_secs(4));
+    let batch_size = 100u64;
+    group.throughput(Throughput::Elements(batch_size));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open");
+    let mut raft_index = 0;
+    fill(&store, &mut raft_index, (0..1000).map(|_| key(0)));
+    group.bench_function(BenchmarkId::from_parameter(batch_size), |b| {
+        b.iter_custom(|iterations| {
+            let mut elapsed = Duration::ZERO;
+            for _ in 0..iterations {
+                let batch: Vec<WriteRequest> = (0..batch_size).map(|_| put(key(0))).collect();
+                raft_index += 1;
+                let started = Instant::now();
+                store.apply(raft_index, &batch).expect("apply");
+                elapsed += started.elapsed();
+            }
+            elapsed
+        })
+    });
     group.finish();
 }
 
@@ -261,5 +293,13 @@ fn compact_index(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, apply_puts, apply_puts_history, ranges, compact, compact_index);
+criterion_group!(
+    benches,
+    apply_puts,
+    apply_puts_history,
+    apply_puts_hot_key,
+    ranges,
+    compact,
+    compact_index
+);
 criterion_main!(benches);

@@ -78,6 +78,18 @@ fn containing(
 /// The stored key-value at `revision` (reads outside an apply batch, or
 /// of revisions alive through it).
 pub fn load(db: &sled::Db, values: &ValueFiles, revision: Revision) -> Result<KeyValue> {
+    load_with(db, values, revision, |stored| stored.to_key_value())
+}
+
+/// What `read` takes from the stored key-value at `revision`, read in
+/// place (see [`load`]): a caller that needs a few fields copies no key
+/// or value.
+pub fn load_with<T>(
+    db: &sled::Db,
+    values: &ValueFiles,
+    revision: Revision,
+    read: impl FnOnce(StoredKeyValue<'_>) -> T,
+) -> Result<T> {
     let found = db
         .range(vec![BLOCK_SPACE]..=block::key(revision))
         .next_back()
@@ -87,7 +99,7 @@ pub fn load(db: &sled::Db, values: &ValueFiles, revision: Revision) -> Result<Ke
     let record = parse(&bytes)?
         .find(revision)
         .ok_or_else(|| corrupt("indexed revision missing"))?;
-    decode(record.value)
+    Ok(read(read_stored(record.value)?))
 }
 
 /// The stored key-values at `revisions`, which are sorted and distinct,

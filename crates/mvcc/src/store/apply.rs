@@ -72,6 +72,19 @@ impl StoreTxn<'_> {
         load_through(self.db, &self.state.values, self.batch, revision)
     }
 
+    /// The generation of a key the index knows is live, from its latest
+    /// stored revision, read in place.
+    fn stored_generation(&self, key: &[u8]) -> Result<Generation> {
+        let latest = self
+            .state
+            .index
+            .latest(key)
+            .filter(|slot| !slot.is_tombstone())
+            .ok_or_else(|| records::corrupt("a live key has no live revision in the index"))?;
+        let (created, version) = generation_through(self.db, &self.state.values, self.batch, latest.revision())?;
+        Ok(Generation::Live { created, version })
+    }
+
     /// The key's value now, if it exists.
     pub(super) fn live(&self, key: &[u8]) -> Result<Option<KeyValue>> {
         match self.state.index.latest(key) {
@@ -150,13 +163,15 @@ impl WriteTxn for StoreTxn<'_> {
         if request.lease != crate::lease::NO_LEASE && !self.state.leases.contains(request.lease) {
             return Err(Error::LeaseNotFound);
         }
-        // The index usually knows the key's generation; storage is read
-        // only when the request needs the previous key-value or the index
-        // does not know where the generation began (see key_index.rs).
+        // The index usually knows the key's generation. Where it does not
+        // (a key rewritten more often than the index looks back, or cut by
+        // a compaction: key_index.rs), the generation is read from the
+        // latest stored revision in place; the previous key-value itself
+        // is loaded only when the request needs it.
         let needs_previous = request.prev_kv || request.ignore_value || request.ignore_lease;
         let generation = match self.state.index.generation(&request.key) {
-            Generation::Unknown => None,
             _ if needs_previous => None,
+            Generation::Unknown => Some(self.stored_generation(&request.key)?),
             known => Some(known),
         };
         let previous = match generation {

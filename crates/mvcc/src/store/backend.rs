@@ -185,6 +185,23 @@ pub(super) fn load_through(db: &sled::Db, values: &ValueFiles, batch: &Batch, re
     }
 }
 
+/// The create revision and version stored with `revision`, read in place
+/// from the open batch or sled (see [`load_through`]): what a put on a
+/// key whose generation the index does not know needs, without copying
+/// the previous value.
+pub(super) fn generation_through(
+    db: &sled::Db,
+    values: &ValueFiles,
+    batch: &Batch,
+    revision: Revision,
+) -> Result<(i64, i64)> {
+    let generation = |stored: StoredKeyValue<'_>| (stored.create_revision, stored.version);
+    match batch.pending.get(&revision) {
+        Some(&position) => records::read_stored(&batch.records[position].value).map(generation),
+        None => records::load_with(db, values, revision, generation),
+    }
+}
+
 /// Hands `found` the stored key-value at each of `revisions` with its
 /// position: those the open batch wrote from it, the rest from sled in
 /// one sorted pass (so not in the order asked). Every revision is found,

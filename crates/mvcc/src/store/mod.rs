@@ -62,7 +62,7 @@ use crate::error::{Error, Result};
 use crate::hash::{Hasher, Keep, KeyValueHash, COMPACTION_HASHES_KEPT};
 use crate::index::{RangeEnd, TreeIndex};
 use crate::key_index::Generation;
-use crate::key_value::{Event, EventKind, KeyValue};
+use crate::key_value::{Event, EventKind, KeyValue, StoredKeyValue};
 use crate::kv::{ReadView, WriteTxn};
 use crate::lease::{Lease, LeaseTable, LeaseTtl};
 use crate::observer::Observer;

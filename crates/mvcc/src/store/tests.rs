@@ -719,3 +719,88 @@ fn alarms_are_replicated_state() {
     assert!(fresh.alarms().is_empty() && !fresh.has_alarm(1));
     assert_eq!(fresh.membership(), (3, Some(b"members".to_vec())));
 }
+
+// Goal: a key rewritten more often than the index looks back for its
+// generation's start (key_index.rs) still gets etcd's create revision and
+// version, whether its latest revision is in the open batch or in sled,
+// across a delete, and after a compaction cut its generation.
+// Method: one key put in batches of 50, committing after some of them,
+// to well past GENERATION_SCAN_SLOTS_MAX; then a delete and a second,
+// equally long generation; then a compaction and more puts. Each step
+// reads the key back.
+#[test]
+fn a_hot_key_keeps_its_generation() {
+    use crate::key_index::GENERATION_SCAN_SLOTS_MAX;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let put = || {
+        WriteRequest::Put(PutRequest {
+            key: b"hot".to_vec(),
+            value: b"v".to_vec(),
+            ..PutRequest::default()
+        })
+    };
+    let latest = |store: &Store| {
+        let kv = store
+            .range(&RangeRequest {
+                key: b"hot".to_vec(),
+                ..RangeRequest::default()
+            })
+            .unwrap()
+            .kvs
+            .pop()
+            .expect("the key is live");
+        (kv.create_revision, kv.version, kv.mod_revision)
+    };
+    let mut index = 0;
+    let mut apply = |store: &Store, requests: Vec<WriteRequest>, commit: bool| {
+        index += 1;
+        let applied = store.apply(index, &requests).unwrap();
+        assert!(applied.iter().all(|applied| applied.response.is_ok()));
+        if commit {
+            store.commit().unwrap();
+        }
+    };
+    let rounds = 3 * GENERATION_SCAN_SLOTS_MAX / 50 + 1;
+    for round in 0..rounds {
+        apply(&store, (0..50).map(|_| put()).collect(), round % 2 == 0);
+        let puts = 50 * (round as i64 + 1);
+        // Revision 1 is the empty store's; the first put is 2.
+        assert_eq!(latest(&store), (2, puts, puts + 1), "first generation, round {round}");
+    }
+    let first = 50 * rounds as i64;
+    apply(
+        &store,
+        vec![WriteRequest::DeleteRange(DeleteRangeRequest {
+            key: b"hot".to_vec(),
+            ..DeleteRangeRequest::default()
+        })],
+        true,
+    );
+    // The first generation's last put is at first + 1, the delete at
+    // first + 2.
+    let created = first + 3;
+    for round in 0..rounds {
+        apply(&store, (0..50).map(|_| put()).collect(), round % 2 == 1);
+        let puts = 50 * (round as i64 + 1);
+        assert_eq!(
+            latest(&store),
+            (created, puts, created + puts - 1),
+            "second generation, round {round}"
+        );
+    }
+    let compact_at = created + 10;
+    apply(
+        &store,
+        vec![WriteRequest::Compaction(CompactionRequest { revision: compact_at })],
+        true,
+    );
+    store.finish_compactions().unwrap();
+    let second = 50 * rounds as i64;
+    apply(&store, (0..5).map(|_| put()).collect(), false);
+    assert_eq!(
+        latest(&store),
+        (created, second + 5, created + second + 4),
+        "after a compaction"
+    );
+}
