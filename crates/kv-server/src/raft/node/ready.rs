@@ -4,6 +4,8 @@
 //! bounded backlog when it lags.
 
 use super::*;
+use raft::prelude::Message;
+
 use crate::member::courier::Delivery;
 
 impl Node {
@@ -16,13 +18,14 @@ impl Node {
         }
         let mut ready = self.raw.ready();
 
-        // 1. Messages first. On a leader these are appends, and sending
-        //    them before our own fsync lets followers write in parallel
-        //    with us; a leader's entry counts toward commit only once its
-        //    own WAL has it, so this is safe.
+        // 1. Messages first when they carry entries. On a leader these
+        //    are appends, and sending them before our own fsync lets
+        //    followers write in parallel with us; a leader's entry counts
+        //    toward commit only once its own WAL has it, so this is safe.
+        //    Messages without entries (a new commit index, heartbeats) go
+        //    after step 3 (`send_after_apply`).
         let messages = ready.take_messages();
-        self.events.sending(&messages, Instant::now());
-        self.outbox.send(messages);
+        let later = self.send_appends_first(messages);
 
         // 2. A snapshot from the leader, ahead of the entries after it.
         if !ready.snapshot().is_empty() {
@@ -33,6 +36,7 @@ impl Node {
         //    a quorum already, so applying them need not wait for our own
         //    fsync below.
         self.send_committed(ready.take_committed_entries())?;
+        self.send_after_apply(later);
 
         // 4. New entries and the hard state: one WAL write and one
         //    fdatasync for the whole Ready.
@@ -61,10 +65,9 @@ impl Node {
         if let Some(commit) = light.commit_index() {
             self.durable.memory.wl().mut_hard_state().commit = commit;
         }
-        let messages = light.take_messages();
-        self.events.sending(&messages, Instant::now());
-        self.outbox.send(messages);
+        let later = self.send_appends_first(light.take_messages());
         self.send_committed(light.take_committed_entries())?;
+        self.send_after_apply(later);
         self.raw.advance_apply();
         self.maybe_snapshot();
         self.maybe_compact_log();
@@ -72,6 +75,32 @@ impl Node {
         self.status.set_raft(raft.term, raft.leader_id, raft.raft_log.committed);
         self.events.leader(raft.leader_id, raft.term);
         Ok(())
+    }
+
+    /// Sends `messages` now if any carries entries, keeping their order;
+    /// else returns them for [`Node::send_after_apply`].
+    fn send_appends_first(&mut self, messages: Vec<Message>) -> Vec<Message> {
+        if messages.iter().any(|message| !message.get_entries().is_empty()) {
+            self.send(messages);
+            return Vec::new();
+        }
+        messages
+    }
+
+    /// Sends messages that carry no entries once the Ready's committed
+    /// entries are with the apply stage. On one core, each message sent
+    /// wakes a peer's raft loop, which may run before this thread does
+    /// again: the leader's own apply, which answers the writers, goes
+    /// first, and the followers' turns for a new commit index wait.
+    fn send_after_apply(&mut self, messages: Vec<Message>) {
+        if !messages.is_empty() {
+            self.send(messages);
+        }
+    }
+
+    fn send(&mut self, messages: Vec<Message>) {
+        self.events.sending(&messages, Instant::now());
+        self.outbox.send(messages);
     }
 
     /// A snapshot from the leader: recorded in the WAL, handed to raft's
