@@ -83,10 +83,24 @@ fn fill(store: &Store, raft_index: &mut u64, keys: impl Iterator<Item = Vec<u8>>
 /// The time `store` takes to apply `iterations` batches of `batch_size`
 /// puts, over the keys from `next` on; the batches are built untimed.
 fn time_batches(store: &Store, raft_index: &mut u64, next: &mut u64, batch_size: u64, iterations: u64) -> Duration {
+    time_applies(store, raft_index, iterations, || {
+        let batch = (*next..*next + batch_size).map(|i| put(key(i))).collect();
+        *next += batch_size;
+        batch
+    })
+}
+
+/// The time `store` takes to apply `iterations` batches that `batch`
+/// builds, untimed.
+fn time_applies(
+    store: &Store,
+    raft_index: &mut u64,
+    iterations: u64,
+    mut batch: impl FnMut() -> Vec<WriteRequest>,
+) -> Duration {
     let mut elapsed = Duration::ZERO;
     for _ in 0..iterations {
-        let batch: Vec<WriteRequest> = (*next..*next + batch_size).map(|i| put(key(i))).collect();
-        *next += batch_size;
+        let batch = batch();
         *raft_index += 1;
         let started = Instant::now();
         store.apply(*raft_index, &batch).expect("apply");
@@ -150,15 +164,9 @@ fn apply_puts_hot_key(c: &mut Criterion) {
     fill(&store, &mut raft_index, (0..1000).map(|_| key(0)));
     group.bench_function(BenchmarkId::from_parameter(batch_size), |b| {
         b.iter_custom(|iterations| {
-            let mut elapsed = Duration::ZERO;
-            for _ in 0..iterations {
-                let batch: Vec<WriteRequest> = (0..batch_size).map(|_| put(key(0))).collect();
-                raft_index += 1;
-                let started = Instant::now();
-                store.apply(raft_index, &batch).expect("apply");
-                elapsed += started.elapsed();
-            }
-            elapsed
+            time_applies(&store, &mut raft_index, iterations, || {
+                (0..batch_size).map(|_| put(key(0))).collect()
+            })
         })
     });
     group.finish();

@@ -75,15 +75,9 @@ fn containing(
     }
 }
 
-/// The stored key-value at `revision` (reads outside an apply batch, or
-/// of revisions alive through it).
-pub fn load(db: &sled::Db, values: &ValueFiles, revision: Revision) -> Result<KeyValue> {
-    load_with(db, values, revision, |stored| stored.to_key_value())
-}
-
 /// What `read` takes from the stored key-value at `revision`, read in
-/// place (see [`load`]): a caller that needs a few fields copies no key
-/// or value.
+/// place (reads outside an apply batch, or of revisions alive through
+/// it): a caller that needs a few fields copies no key or value.
 pub fn load_with<T>(
     db: &sled::Db,
     values: &ValueFiles,
@@ -105,10 +99,10 @@ pub fn load_with<T>(
 /// The stored key-values at `revisions`, which are sorted and distinct,
 /// each passed to `found` with its position. Each block holding some of
 /// them is found in `directory` (sled's block pointers, in memory) and
-/// read and decoded once, where [`load`] per revision finds and decodes
+/// read and decoded once, where [`load_with`] per revision finds and decodes
 /// its block anew: a range of keys written together reads each block
 /// once instead of once per key. Reads outside an apply batch, or
-/// revisions alive through it, as [`load`].
+/// revisions alive through it, as [`load_with`].
 pub fn load_sorted(
     db: &sled::Db,
     values: &ValueFiles,

@@ -81,8 +81,12 @@ impl StoreTxn<'_> {
             .latest(key)
             .filter(|slot| !slot.is_tombstone())
             .ok_or_else(|| records::corrupt("a live key has no live revision in the index"))?;
-        let (created, version) = generation_through(self.db, &self.state.values, self.batch, latest.revision())?;
-        Ok(Generation::Live { created, version })
+        read_through(self.db, &self.state.values, self.batch, latest.revision(), |stored| {
+            Generation::Live {
+                created: stored.create_revision,
+                version: stored.version,
+            }
+        })
     }
 
     /// The key's value now, if it exists.

@@ -179,26 +179,22 @@ pub(super) fn commit(
 /// The stored key-value at `revision`: from the open batch if it wrote
 /// it, else from sled.
 pub(super) fn load_through(db: &sled::Db, values: &ValueFiles, batch: &Batch, revision: Revision) -> Result<KeyValue> {
-    match batch.pending.get(&revision) {
-        Some(&position) => records::decode(&batch.records[position].value),
-        None => records::load(db, values, revision),
-    }
+    read_through(db, values, batch, revision, |stored| stored.to_key_value())
 }
 
-/// The create revision and version stored with `revision`, read in place
-/// from the open batch or sled (see [`load_through`]): what a put on a
-/// key whose generation the index does not know needs, without copying
-/// the previous value.
-pub(super) fn generation_through(
+/// What `read` takes from the stored key-value at `revision`, read in
+/// place where [`load_through`] finds it: a caller that needs a few
+/// fields copies no key or value.
+pub(super) fn read_through<T>(
     db: &sled::Db,
     values: &ValueFiles,
     batch: &Batch,
     revision: Revision,
-) -> Result<(i64, i64)> {
-    let generation = |stored: StoredKeyValue<'_>| (stored.create_revision, stored.version);
+    read: impl FnOnce(StoredKeyValue<'_>) -> T,
+) -> Result<T> {
     match batch.pending.get(&revision) {
-        Some(&position) => records::read_stored(&batch.records[position].value).map(generation),
-        None => records::load_with(db, values, revision, generation),
+        Some(&position) => records::read_stored(&batch.records[position].value).map(read),
+        None => records::load_with(db, values, revision, read),
     }
 }
 
