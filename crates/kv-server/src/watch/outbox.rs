@@ -135,6 +135,9 @@ struct State {
     closed: bool,
     /// The connection dropped the responses: the client is gone.
     gone: bool,
+    /// Watchers' batches gathered since the connection last took a
+    /// response, for the pacing's rate (`pacing.rs`).
+    arrivals: usize,
 }
 
 struct Shared {
@@ -227,6 +230,7 @@ impl Outbox {
         let mut added = false;
         for gathered in batch {
             added = true;
+            state.arrivals += 1;
             let waiting = match state.events.entry(gathered.serial) {
                 Entry::Occupied(entry) => entry.into_mut(),
                 Entry::Vacant(entry) => {
@@ -421,6 +425,7 @@ impl tokio_stream::Stream for Responses {
         }
         let shared = this.shared.clone();
         let mut state = shared.state.lock();
+        this.pacing.arrived(std::mem::take(&mut state.arrivals));
         if let Some(held_back) = this.pacing.roll(tokio::time::Instant::now()) {
             for serial in held_back.into_iter().rev() {
                 state.slots.push_front(Slot::Events(serial));

@@ -7,20 +7,25 @@
 //! batch however slowly the client works through them, and the client
 //! pays its per-message cost on each. etcd batches in that case: once a
 //! stream's 128-response buffer is full, its watchers become "victims" and
-//! get their events together, every 10 ms.
+//! get their events together, retried every 10 ms and sent as its stream
+//! drains.
 //!
-//! This does the same, measured instead of inferred from a buffer: time
-//! runs in windows of [`WATCH_COALESCE_INTERVAL`]; once a stream has sent
-//! [`WATCH_COALESCE_RESPONSES`] events responses in the current window, a
+//! This does the same, measured instead of inferred from a buffer. A
+//! quiet stream counts in windows of [`WATCH_COALESCE_INTERVAL`]; once it
+//! has sent [`WATCH_COALESCE_RESPONSES`] events responses in one, a
 //! watcher that was already sent one in it waits for the next window, and
-//! its new events join that response meanwhile; a window after one that
-//! held a watcher back holds back repeats from its start, so a stream that
-//! stays busy sends each watcher one response per window. A stream sending fewer
-//! responses (a watch-latency client, a Kubernetes API server's watchers
-//! of different keys) never waits; a watcher sent nothing yet in the
-//! window never waits; and the stream's throughput is never capped, since
-//! only watchers that would receive several responses in one window are
-//! held back.
+//! its new events join that response meanwhile. The stream is then busy:
+//! its windows last [`WATCH_BUSY_INTERVAL`] and hold back repeats from
+//! their start, so each watcher gets one response per busy window. It
+//! stays busy while its watchers' batches keep arriving at the rate that
+//! made it busy (the budget per quiet window, or more) and some watcher
+//! was held back; else its next window is a quiet one again.
+//!
+//! A stream sending fewer responses (a watch-latency client, a Kubernetes
+//! API server's watchers of different keys) never waits; a watcher sent
+//! nothing yet in the window never waits; and the stream's throughput is
+//! never capped, since only watchers that would receive several responses
+//! in one window are held back.
 
 use std::collections::VecDeque;
 use std::future::Future as _;
@@ -32,9 +37,18 @@ use tokio::time::{Instant, Sleep};
 
 use crate::watch::id_hash::IdSet;
 
-/// The window: etcd retries its victim watchers every 10 ms, so this
-/// delays no event more than etcd does under the same load.
+/// A quiet stream's window: etcd retries its victim watchers every
+/// 10 ms, so a stream starts to batch within the time etcd's does.
 pub const WATCH_COALESCE_INTERVAL: Duration = Duration::from_millis(10);
+
+/// A busy stream's window, the longest a held-back watcher's events wait.
+/// etcd's victims are sent only as its stream drains: under etcd's watch
+/// benchmark (1,000 watchers of one key, 10 streams) etcd 3.5.17 sent
+/// each watcher a response per 12.5 events at about 490 puts/s, one per
+/// 25 ms (`docs/benchmarks/history.md`, tenth round). So a busy stream
+/// here delays an event no more than etcd does under that load, and
+/// each response carries what etcd's would.
+pub const WATCH_BUSY_INTERVAL: Duration = Duration::from_millis(25);
 
 /// Events responses a stream sends in a window before it holds back
 /// watchers' second ones: etcd's per-stream buffer of 128 responses, so a
@@ -42,12 +56,15 @@ pub const WATCH_COALESCE_INTERVAL: Duration = Duration::from_millis(10);
 pub const WATCH_COALESCE_RESPONSES: usize = 128;
 
 pub struct Pacing {
+    window_start: Instant,
     window_end: Instant,
     /// Events responses sent in the window.
     sent: usize,
-    /// The window before held a watcher back: this one holds back repeat
-    /// watchers from its start, so a stream that stays busy sends each
-    /// watcher one response per window.
+    /// Watchers' batches that arrived in the window (each would be a
+    /// response of its own without pacing).
+    arrivals: usize,
+    /// The window holds back repeat watchers from its start (it is a
+    /// busy window).
     busy: bool,
     /// The watchers (by serial) sent one in the window.
     watchers_sent: IdSet<u64>,
@@ -61,8 +78,10 @@ impl Default for Pacing {
     fn default() -> Pacing {
         let now = Instant::now();
         Pacing {
+            window_start: now,
             window_end: now + WATCH_COALESCE_INTERVAL,
             sent: 0,
+            arrivals: 0,
             busy: false,
             watchers_sent: IdSet::default(),
             deferred: VecDeque::new(),
@@ -72,17 +91,39 @@ impl Default for Pacing {
 }
 
 impl Pacing {
+    /// Counts `count` watchers' batches arrived for the stream.
+    pub fn arrived(&mut self, count: usize) {
+        self.arrivals = self.arrivals.saturating_add(count);
+    }
+
     /// Starts a new window if the current one is over; returns the
     /// watchers held back in the last one, to be sent first.
     pub fn roll(&mut self, now: Instant) -> Option<VecDeque<u64>> {
         if now < self.window_end {
             return None;
         }
-        self.window_end = now + WATCH_COALESCE_INTERVAL;
-        self.busy = !self.deferred.is_empty();
+        let held_back = !self.deferred.is_empty();
+        self.busy = held_back && (!self.busy || self.kept_busy(now));
+        let length = if self.busy {
+            WATCH_BUSY_INTERVAL
+        } else {
+            WATCH_COALESCE_INTERVAL
+        };
+        self.window_start = now;
+        self.window_end = now + length;
         self.sent = 0;
+        self.arrivals = 0;
         self.watchers_sent.clear();
         Some(std::mem::take(&mut self.deferred))
+    }
+
+    /// Whether the busy window ending at `now` had batches arriving at
+    /// [`WATCH_COALESCE_RESPONSES`] per [`WATCH_COALESCE_INTERVAL`] or
+    /// more: the rate at which a quiet stream becomes busy.
+    fn kept_busy(&self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.window_start);
+        let budget = WATCH_COALESCE_RESPONSES as u128 * elapsed.as_nanos() / WATCH_COALESCE_INTERVAL.as_nanos();
+        self.arrivals as u128 >= budget
     }
 
     /// Whether watcher `serial`'s response waits for the next window (it
@@ -118,9 +159,10 @@ mod tests {
 
     // Goal: no watcher waits until the stream has sent the budget in a
     // window; past it, a watcher already sent one waits and a new one does
-    // not; the next window sends the held back first, in order; after a
-    // busy window repeats wait from the start, after a quiet one they do
-    // not.
+    // not; the next window is busy, sends the held back first, in order,
+    // and holds back repeats from its start; a busy window whose batches
+    // came slower than the budget's rate is followed by a quiet one, where
+    // repeats go until the budget again.
     #[tokio::test]
     async fn only_repeat_watchers_of_a_busy_window_wait() {
         let mut pacing = Pacing::default();
@@ -137,15 +179,58 @@ mod tests {
         assert_eq!(pacing.roll(later), Some(VecDeque::from([2, 1])));
         assert!(!pacing.holds_any());
         assert!(!pacing.hold_back(2), "a watcher's first response in a new window");
-        assert!(pacing.hold_back(2), "after a busy window, repeats wait from the start");
-        let next = later + WATCH_COALESCE_INTERVAL * 2;
+        assert!(pacing.hold_back(2), "in a busy window, repeats wait from the start");
+        assert_eq!(
+            pacing.roll(later + WATCH_COALESCE_INTERVAL),
+            None,
+            "a busy window lasts longer than a quiet one"
+        );
+        let next = later + WATCH_BUSY_INTERVAL;
         assert_eq!(pacing.roll(next), Some(VecDeque::from([2])));
-        let quiet = next + WATCH_COALESCE_INTERVAL * 2;
-        assert_eq!(pacing.roll(quiet), Some(VecDeque::new()));
         assert!(!pacing.hold_back(2));
         assert!(
             !pacing.hold_back(2),
-            "after a window that held none back, repeats go until the budget"
+            "after a busy window of few batches, repeats go until the budget"
         );
+        let quiet = next + WATCH_COALESCE_INTERVAL;
+        assert_eq!(pacing.roll(quiet), Some(VecDeque::new()));
+    }
+
+    // Goal: a busy stream stays busy while its batches arrive at the
+    // budget's rate or faster, sending each watcher one response per busy
+    // window; once they slow down, its next window is quiet.
+    #[tokio::test]
+    async fn a_stream_stays_busy_while_batches_come_fast() {
+        let mut pacing = Pacing::default();
+        let start = Instant::now();
+        for serial in 0..=WATCH_COALESCE_RESPONSES as u64 {
+            pacing.hold_back(serial % 2);
+        }
+        let mut now = start + WATCH_COALESCE_INTERVAL;
+        assert_eq!(pacing.roll(now), Some(VecDeque::from([0])));
+        // Busy windows whose batches come at twice the budget's rate.
+        let fast = 2 * WATCH_COALESCE_RESPONSES * WATCH_BUSY_INTERVAL.as_millis() as usize
+            / WATCH_COALESCE_INTERVAL.as_millis() as usize;
+        for _ in 0..3 {
+            pacing.arrived(fast);
+            assert!(!pacing.hold_back(0));
+            assert!(pacing.hold_back(0), "repeats wait in a busy window");
+            assert_eq!(
+                pacing.roll(now + WATCH_COALESCE_INTERVAL),
+                None,
+                "busy windows are long"
+            );
+            now += WATCH_BUSY_INTERVAL;
+            assert_eq!(pacing.roll(now), Some(VecDeque::from([0])));
+        }
+        // Batches at half the budget's rate: the next window is quiet.
+        pacing.arrived(fast / 4);
+        assert!(!pacing.hold_back(0));
+        assert!(pacing.hold_back(0));
+        now += WATCH_BUSY_INTERVAL;
+        assert_eq!(pacing.roll(now), Some(VecDeque::from([0])));
+        assert!(!pacing.hold_back(0));
+        assert!(!pacing.hold_back(0), "a quiet window sends repeats");
+        assert_eq!(pacing.roll(now + WATCH_COALESCE_INTERVAL), Some(VecDeque::new()));
     }
 }
