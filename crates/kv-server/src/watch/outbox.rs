@@ -135,8 +135,8 @@ struct State {
     closed: bool,
     /// The connection dropped the responses: the client is gone.
     gone: bool,
-    /// Watchers' batches gathered since the connection last took a
-    /// response, for the pacing's rate (`pacing.rs`).
+    /// Watchers' batches gathered since the pacing's window began, for
+    /// its rate (`pacing.rs`).
     arrivals: usize,
 }
 
@@ -425,8 +425,8 @@ impl tokio_stream::Stream for Responses {
         }
         let shared = this.shared.clone();
         let mut state = shared.state.lock();
-        this.pacing.arrived(std::mem::take(&mut state.arrivals));
-        if let Some(held_back) = this.pacing.roll(tokio::time::Instant::now()) {
+        if let Some(held_back) = this.pacing.roll(tokio::time::Instant::now(), state.arrivals) {
+            state.arrivals = 0;
             for serial in held_back.into_iter().rev() {
                 state.slots.push_front(Slot::Events(serial));
             }

@@ -56,13 +56,9 @@ pub const WATCH_BUSY_INTERVAL: Duration = Duration::from_millis(25);
 pub const WATCH_COALESCE_RESPONSES: usize = 128;
 
 pub struct Pacing {
-    window_start: Instant,
     window_end: Instant,
     /// Events responses sent in the window.
     sent: usize,
-    /// Watchers' batches that arrived in the window (each would be a
-    /// response of its own without pacing).
-    arrivals: usize,
     /// The window holds back repeat watchers from its start (it is a
     /// busy window).
     busy: bool,
@@ -78,10 +74,8 @@ impl Default for Pacing {
     fn default() -> Pacing {
         let now = Instant::now();
         Pacing {
-            window_start: now,
             window_end: now + WATCH_COALESCE_INTERVAL,
             sent: 0,
-            arrivals: 0,
             busy: false,
             watchers_sent: IdSet::default(),
             deferred: VecDeque::new(),
@@ -90,40 +84,42 @@ impl Default for Pacing {
     }
 }
 
-impl Pacing {
-    /// Counts `count` watchers' batches arrived for the stream.
-    pub fn arrived(&mut self, count: usize) {
-        self.arrivals = self.arrivals.saturating_add(count);
+/// How long a busy or a quiet window lasts.
+fn window_length(busy: bool) -> Duration {
+    if busy {
+        WATCH_BUSY_INTERVAL
+    } else {
+        WATCH_COALESCE_INTERVAL
     }
+}
 
+impl Pacing {
     /// Starts a new window if the current one is over; returns the
-    /// watchers held back in the last one, to be sent first.
-    pub fn roll(&mut self, now: Instant) -> Option<VecDeque<u64>> {
+    /// watchers held back in the last one, to be sent first. `arrivals`
+    /// is how many watchers' batches came since the window began (each
+    /// would be a response of its own without pacing): the caller counts
+    /// them, and starts again from 0 when this returns a window's end.
+    pub fn roll(&mut self, now: Instant, arrivals: usize) -> Option<VecDeque<u64>> {
         if now < self.window_end {
             return None;
         }
         let held_back = !self.deferred.is_empty();
-        self.busy = held_back && (!self.busy || self.kept_busy(now));
-        let length = if self.busy {
-            WATCH_BUSY_INTERVAL
-        } else {
-            WATCH_COALESCE_INTERVAL
-        };
-        self.window_start = now;
-        self.window_end = now + length;
+        self.busy = held_back && (!self.busy || self.kept_busy(now, arrivals));
+        self.window_end = now + window_length(self.busy);
         self.sent = 0;
-        self.arrivals = 0;
         self.watchers_sent.clear();
         Some(std::mem::take(&mut self.deferred))
     }
 
-    /// Whether the busy window ending at `now` had batches arriving at
-    /// [`WATCH_COALESCE_RESPONSES`] per [`WATCH_COALESCE_INTERVAL`] or
-    /// more: the rate at which a quiet stream becomes busy.
-    fn kept_busy(&self, now: Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.window_start);
+    /// Whether the busy window ending at `now` had `arrivals` batches
+    /// arrive at [`WATCH_COALESCE_RESPONSES`] per
+    /// [`WATCH_COALESCE_INTERVAL`] or more: the rate at which a quiet
+    /// stream becomes busy.
+    fn kept_busy(&self, now: Instant, arrivals: usize) -> bool {
+        let start = self.window_end - window_length(true);
+        let elapsed = now.saturating_duration_since(start);
         let budget = WATCH_COALESCE_RESPONSES as u128 * elapsed.as_nanos() / WATCH_COALESCE_INTERVAL.as_nanos();
-        self.arrivals as u128 >= budget
+        arrivals as u128 >= budget
     }
 
     /// Whether watcher `serial`'s response waits for the next window (it
@@ -174,26 +170,26 @@ mod tests {
         assert!(pacing.hold_back(1));
         assert!(!pacing.hold_back(99), "a watcher's first response in the window");
         assert!(pacing.holds_any());
-        assert_eq!(pacing.roll(start), None, "the window is not over");
+        assert_eq!(pacing.roll(start, 0), None, "the window is not over");
         let later = start + WATCH_COALESCE_INTERVAL * 2;
-        assert_eq!(pacing.roll(later), Some(VecDeque::from([2, 1])));
+        assert_eq!(pacing.roll(later, 0), Some(VecDeque::from([2, 1])));
         assert!(!pacing.holds_any());
         assert!(!pacing.hold_back(2), "a watcher's first response in a new window");
         assert!(pacing.hold_back(2), "in a busy window, repeats wait from the start");
         assert_eq!(
-            pacing.roll(later + WATCH_COALESCE_INTERVAL),
+            pacing.roll(later + WATCH_COALESCE_INTERVAL, 0),
             None,
             "a busy window lasts longer than a quiet one"
         );
         let next = later + WATCH_BUSY_INTERVAL;
-        assert_eq!(pacing.roll(next), Some(VecDeque::from([2])));
+        assert_eq!(pacing.roll(next, 0), Some(VecDeque::from([2])));
         assert!(!pacing.hold_back(2));
         assert!(
             !pacing.hold_back(2),
             "after a busy window of few batches, repeats go until the budget"
         );
         let quiet = next + WATCH_COALESCE_INTERVAL;
-        assert_eq!(pacing.roll(quiet), Some(VecDeque::new()));
+        assert_eq!(pacing.roll(quiet, 0), Some(VecDeque::new()));
     }
 
     // Goal: a busy stream stays busy while its batches arrive at the
@@ -207,30 +203,28 @@ mod tests {
             pacing.hold_back(serial % 2);
         }
         let mut now = start + WATCH_COALESCE_INTERVAL;
-        assert_eq!(pacing.roll(now), Some(VecDeque::from([0])));
+        assert_eq!(pacing.roll(now, 0), Some(VecDeque::from([0])));
         // Busy windows whose batches come at twice the budget's rate.
         let fast = 2 * WATCH_COALESCE_RESPONSES * WATCH_BUSY_INTERVAL.as_millis() as usize
             / WATCH_COALESCE_INTERVAL.as_millis() as usize;
         for _ in 0..3 {
-            pacing.arrived(fast);
             assert!(!pacing.hold_back(0));
             assert!(pacing.hold_back(0), "repeats wait in a busy window");
             assert_eq!(
-                pacing.roll(now + WATCH_COALESCE_INTERVAL),
+                pacing.roll(now + WATCH_COALESCE_INTERVAL, fast),
                 None,
                 "busy windows are long"
             );
             now += WATCH_BUSY_INTERVAL;
-            assert_eq!(pacing.roll(now), Some(VecDeque::from([0])));
+            assert_eq!(pacing.roll(now, fast), Some(VecDeque::from([0])));
         }
         // Batches at half the budget's rate: the next window is quiet.
-        pacing.arrived(fast / 4);
         assert!(!pacing.hold_back(0));
         assert!(pacing.hold_back(0));
         now += WATCH_BUSY_INTERVAL;
-        assert_eq!(pacing.roll(now), Some(VecDeque::from([0])));
+        assert_eq!(pacing.roll(now, fast / 4), Some(VecDeque::from([0])));
         assert!(!pacing.hold_back(0));
         assert!(!pacing.hold_back(0), "a quiet window sends repeats");
-        assert_eq!(pacing.roll(now + WATCH_COALESCE_INTERVAL), Some(VecDeque::new()));
+        assert_eq!(pacing.roll(now + WATCH_COALESCE_INTERVAL, 0), Some(VecDeque::new()));
     }
 }
