@@ -1,7 +1,10 @@
 //! Goal: kv-server's `/metrics` carries etcd 3.5's metrics as etcd does:
 //! for every metric an operator's dashboards use (the list below), the
 //! same name, type and label names, and for histograms the same bucket
-//! boundaries; the WAL fsync count grows with the puts; and
+//! boundaries; the WAL fsync count grows with the puts; the gRPC
+//! message counts keep etcd's relations (a unary call that succeeded
+//! received one message and sent one; an open watch stream received its
+//! create request and sent its `created` answer); and
 //! `--listen-metrics-urls` serves the same metrics.
 //!
 //! Method: a real etcd 3.5.17 cluster and a kv-server cluster, each three
@@ -58,6 +61,8 @@ const COMPARED: &[&str] = &[
     "etcd_network_client_grpc_sent_bytes_total",
     "grpc_server_started_total",
     "grpc_server_handled_total",
+    "grpc_server_msg_received_total",
+    "grpc_server_msg_sent_total",
     "process_resident_memory_bytes",
     "process_cpu_seconds_total",
 ];
@@ -125,6 +130,52 @@ fn value(text: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} in the metrics"))
 }
 
+/// The sum of `name`'s samples in `text` for `service`'s `method`, only
+/// those with `grpc_code` `code` if one is given.
+fn method_total(text: &str, name: &str, service: &str, method: &str, code: Option<&str>) -> f64 {
+    let wanted = [
+        format!("grpc_service=\"{service}\""),
+        format!("grpc_method=\"{method}\""),
+        code.map_or_else(String::new, |code| format!("grpc_code=\"{code}\"")),
+    ];
+    text.lines()
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix('{')?.split_once("} "))
+        .filter(|(labels, _)| wanted.iter().all(|label| labels.contains(label.as_str())))
+        .map(|(_, value)| value.trim().parse::<f64>().expect("a sample's value"))
+        .sum()
+}
+
+/// A server's gRPC message counts after the workload: for each unary
+/// method the workload called (Put, Range), received, sent and handled
+/// OK; for the watch stream, received and sent.
+#[derive(Debug, PartialEq)]
+struct MessageCounts {
+    unary: Vec<(&'static str, [f64; 3])>,
+    watch: [f64; 2],
+}
+
+fn message_counts(text: &str) -> MessageCounts {
+    let count =
+        |name: &str, service: &str, method: &str, code: Option<&str>| method_total(text, name, service, method, code);
+    let unary = ["Put", "Range"]
+        .map(|method| {
+            (
+                method,
+                [
+                    count("grpc_server_msg_received_total", "etcdserverpb.KV", method, None),
+                    count("grpc_server_msg_sent_total", "etcdserverpb.KV", method, None),
+                    count("grpc_server_handled_total", "etcdserverpb.KV", method, Some("OK")),
+                ],
+            )
+        })
+        .to_vec();
+    let watch = [
+        count("grpc_server_msg_received_total", "etcdserverpb.Watch", "Watch", None),
+        count("grpc_server_msg_sent_total", "etcdserverpb.Watch", "Watch", None),
+    ];
+    MessageCounts { unary, watch }
+}
+
 fn benchmark(endpoints: &str, args: &[&str]) {
     let endpoints = format!("--endpoints={endpoints}");
     let mut all = vec![endpoints.as_str()];
@@ -134,9 +185,9 @@ fn benchmark(endpoints: &str, args: &[&str]) {
 }
 
 /// Runs the workload on `binary`'s cluster; member 1's families once they
-/// show a peer round trip, and its fsync count before and after 100
-/// puts from one client.
-fn measure(binary: &Path, base: u16) -> (BTreeMap<String, Family>, f64, f64) {
+/// show a peer round trip, its fsync count before and after 100 puts
+/// from one client, and its gRPC message counts.
+fn measure(binary: &Path, base: u16) -> (BTreeMap<String, Family>, f64, f64, MessageCounts) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cluster = common::Cluster::new(binary, dir.path(), base, 3, &[]);
     for (i, member) in cluster.members.iter_mut().enumerate() {
@@ -162,13 +213,14 @@ fn measure(binary: &Path, base: u16) -> (BTreeMap<String, Family>, f64, f64) {
     benchmark(&endpoints, &["--conns=10", "--clients=10", "put", "--total=200"]);
     benchmark(&endpoints, &["--conns=10", "--clients=10", "range", "k", "--total=200"]);
     let deadline = Instant::now() + ROUND_TRIP_WITHIN;
-    let families = loop {
-        let families = parse(&scrape(port));
+    let (families, text) = loop {
+        let text = scrape(port);
+        let families = parse(&text);
         let probed = families
             .get("etcd_network_peer_round_trip_time_seconds")
             .is_some_and(|f| !f.buckets.is_empty());
         if probed {
-            break families;
+            break (families, text);
         }
         assert!(Instant::now() < deadline, "{}: no peer round trip", binary.display());
         std::thread::sleep(Duration::from_millis(500));
@@ -182,13 +234,33 @@ fn measure(binary: &Path, base: u16) -> (BTreeMap<String, Family>, f64, f64) {
         binary.display()
     );
     drop(watch);
-    (families, before, after)
+    (families, before, after, message_counts(&text))
 }
 
 #[test]
 fn metrics_match_etcd() {
-    let (etcd, etcd_before, etcd_after) = measure(&common::etcd_tool("ETCD_BIN", "etcd"), 31979);
-    let (ours, before, after) = measure(&common::kv_server(), 30479);
+    let (etcd, etcd_before, etcd_after, etcd_messages) = measure(&common::etcd_tool("ETCD_BIN", "etcd"), 31979);
+    let (ours, before, after, messages) = measure(&common::kv_server(), 30479);
+    // etcd's relations on member 1, whatever share of the calls its
+    // clients' balancer sent there: a unary call that succeeded received
+    // one message and sent one, and the watch stream received its create
+    // request and sent its `created` answer.
+    for (server, counts) in [("etcd", &etcd_messages), ("kv-server", &messages)] {
+        for (method, [received, sent, ok]) in &counts.unary {
+            assert!(
+                received == sent && sent == ok,
+                "{server}: {method}'s messages received {received}, sent {sent}, calls handled OK {ok}"
+            );
+        }
+        let [received, sent] = counts.watch;
+        assert!(
+            received >= 1.0 && sent >= 1.0,
+            "{server}: the watch stream's messages: {counts:?}"
+        );
+    }
+    for (method, [_, sent, _]) in &messages.unary {
+        assert!(*sent > 0.0, "kv-server: member 1 answered no {method}: {messages:?}");
+    }
     for (server, before, after) in [("etcd", etcd_before, etcd_after), ("kv-server", before, after)] {
         assert!(
             after - before >= 50.0,

@@ -128,7 +128,7 @@ impl GrpcServices {
     /// per call.
     pub fn serve<B>(&self, mut request: http::Request<B>) -> CallFuture
     where
-        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<tonic::codegen::StdError> + Send + 'static,
     {
         let counting = counters::start(request.uri().path());
@@ -137,7 +137,7 @@ impl GrpcServices {
             return Box::pin(std::future::ready(Ok(answer)));
         }
         let timing = SlowLog::start(self.slow_after, &mut request);
-        let answer = self.dispatch(request);
+        let answer = self.dispatch(counters::receiving(&counting, request));
         Box::pin(async move {
             let Ok(mut response) = answer.await;
             timing.end(&mut response);

@@ -8,6 +8,14 @@
 //! trailers, or in the headers for an answer made of trailers alone. A
 //! body dropped before it ends (the client went away) counts as
 //! `Canceled`.
+//!
+//! `grpc_server_msg_received_total` and `grpc_server_msg_sent_total`
+//! count the messages of each call as go-grpc-prometheus counts those
+//! its stream reads and sends: here, the gRPC messages in the request
+//! body as the service reads them, and in the response body as it goes
+//! out ([`Messages`] finds them by their 5-byte prefixes). A unary call
+//! answered with an error sends none, as in etcd; a call refused before
+//! its service reads the request (a learner's) receives none.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -118,6 +126,8 @@ const COUNTED_ONCE_CALLED: &[(&str, &str, &str)] = &[
 struct MethodCounters {
     started: IntCounter,
     handled: [IntCounter; 17],
+    received: IntCounter,
+    sent: IntCounter,
     /// With `--metrics=extensive`, the time from the call's start to its
     /// end (a stream's whole life), as go-grpc-prometheus times it.
     handling: OnceLock<Histogram>,
@@ -130,6 +140,8 @@ const HANDLING_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1
 pub struct GrpcMetrics {
     pub started: IntCounterVec,
     pub handled: IntCounterVec,
+    pub received: IntCounterVec,
+    pub sent: IntCounterVec,
     /// By request path (`/etcdserverpb.KV/Put`).
     methods: HashMap<String, MethodCounters>,
     /// With `--metrics=extensive`, `grpc_server_handling_seconds`.
@@ -157,6 +169,8 @@ impl GrpcMetrics {
             MethodCounters {
                 started: self.started.with_label_values(&[kind, service, method]),
                 handled: CODES.map(|code| self.handled.with_label_values(&[kind, service, method, code])),
+                received: self.received.with_label_values(&[kind, service, method]),
+                sent: self.sent.with_label_values(&[kind, service, method]),
                 handling,
             }
         }))
@@ -203,12 +217,30 @@ impl Default for GrpcMetrics {
             &["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
         )
         .expect("valid counter");
+        let received = IntCounterVec::new(
+            Opts::new(
+                "grpc_server_msg_received_total",
+                "Total number of RPC stream messages received on the server.",
+            ),
+            &["grpc_type", "grpc_service", "grpc_method"],
+        )
+        .expect("valid counter");
+        let sent = IntCounterVec::new(
+            Opts::new(
+                "grpc_server_msg_sent_total",
+                "Total number of gRPC stream messages sent by the server.",
+            ),
+            &["grpc_type", "grpc_service", "grpc_method"],
+        )
+        .expect("valid counter");
         let methods = METHODS
             .iter()
             .map(|&(service, method, kind)| {
                 let counters = MethodCounters {
                     started: started.with_label_values(&[kind, service, method]),
                     handled: CODES.map(|code| handled.with_label_values(&[kind, service, method, code])),
+                    received: received.with_label_values(&[kind, service, method]),
+                    sent: sent.with_label_values(&[kind, service, method]),
                     handling: OnceLock::new(),
                 };
                 (format!("/{service}/{method}"), counters)
@@ -226,6 +258,8 @@ impl Default for GrpcMetrics {
         GrpcMetrics {
             started,
             handled,
+            received,
+            sent,
             methods,
             handling: OnceLock::new(),
             later,
@@ -254,8 +288,98 @@ pub fn start(path: &str) -> Option<Counting> {
     })
 }
 
+/// `request` with the messages its body carries counted as received, as
+/// the service reads them (if the call is counted).
+pub fn receiving<B>(
+    counting: &Option<Counting>,
+    request: axum::http::Request<B>,
+) -> axum::http::Request<ReceivedBody<B>> {
+    let counter = counting.as_ref().map(|counting| &counting.counters.received);
+    request.map(|inner| ReceivedBody {
+        inner,
+        counter,
+        messages: Messages::default(),
+    })
+}
+
+/// A request body whose gRPC messages are counted as they are read.
+pub struct ReceivedBody<B> {
+    inner: B,
+    counter: Option<&'static IntCounter>,
+    messages: Messages,
+}
+
+impl<B> http_body::Body for ReceivedBody<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(context);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let (Some(data), Some(counter)) = (frame.data_ref(), self.counter) {
+                let found = self.messages.count(data);
+                if found > 0 {
+                    counter.inc_by(found);
+                }
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Where a stream of gRPC messages stands: each message is a 5-byte
+/// prefix (a compressed flag and a big-endian length) and that many
+/// bytes, and a message's parts may fall in different frames.
+#[derive(Debug, Default)]
+pub struct Messages {
+    /// The prefix read so far, while one is incomplete.
+    prefix: [u8; 5],
+    prefix_read: usize,
+    /// Bytes of the current message's body not yet seen.
+    left: usize,
+}
+
+impl Messages {
+    /// Takes the next bytes of the stream; returns how many messages
+    /// start in them.
+    pub fn count(&mut self, mut data: &[u8]) -> u64 {
+        let mut found = 0;
+        while !data.is_empty() {
+            if self.left > 0 {
+                let skipped = self.left.min(data.len());
+                self.left -= skipped;
+                data = &data[skipped..];
+                continue;
+            }
+            let taken = (self.prefix.len() - self.prefix_read).min(data.len());
+            self.prefix[self.prefix_read..self.prefix_read + taken].copy_from_slice(&data[..taken]);
+            self.prefix_read += taken;
+            data = &data[taken..];
+            if self.prefix_read == self.prefix.len() {
+                found += 1;
+                self.prefix_read = 0;
+                self.left =
+                    u32::from_be_bytes([self.prefix[1], self.prefix[2], self.prefix[3], self.prefix[4]]) as usize;
+            }
+        }
+        found
+    }
+}
+
 /// `response` as the client port sends it, its call counted as handled
-/// when its body ends (`counting`, if the call is counted).
+/// when its body ends (`counting`, if the call is counted), and the
+/// messages it carries counted as sent.
 pub fn end<B>(counting: Option<Counting>, response: axum::http::Response<B>) -> Response
 where
     B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
@@ -269,6 +393,8 @@ where
         Body::new(CountedBody {
             inner: body,
             counters: Some(counting.counters),
+            sent: counting.counters,
+            messages: Messages::default(),
             code_in_headers,
             started: counting.started,
         })
@@ -288,6 +414,9 @@ struct CountedBody<B: http_body::Body<Data = Bytes> + Unpin> {
     inner: B,
     /// Taken when the call is counted.
     counters: Option<&'static MethodCounters>,
+    /// The method's counters, for the messages sent.
+    sent: &'static MethodCounters,
+    messages: Messages,
     code_in_headers: Option<usize>,
     /// When the call started, if its handling time is observed.
     started: Option<Instant>,
@@ -319,6 +448,12 @@ where
         let polled = Pin::new(&mut self.inner).poll_frame(context).map_err(axum::Error::new);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let found = self.messages.count(data);
+                    if found > 0 {
+                        self.sent.sent.inc_by(found);
+                    }
+                }
                 if let Some(code) = frame.trailers_ref().and_then(grpc_status) {
                     self.count(code);
                 }
@@ -350,5 +485,41 @@ impl<B: http_body::Body<Data = Bytes> + Unpin> Drop for CountedBody<B> {
             Some(code) => self.count(code),
             None => self.count(1),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `body` framed as gRPC messages.
+    fn framed(bodies: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for body in bodies {
+            out.push(0);
+            out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            out.extend_from_slice(body);
+        }
+        out
+    }
+
+    // Goal: messages are counted once each, whole or split across frames
+    // at any byte, an empty message included. Method: three messages cut
+    // at every pair of points, against counting them whole.
+    #[test]
+    fn messages_are_counted_however_the_frames_cut_them() {
+        let stream = framed(&[b"put", b"", &[7u8; 300]]);
+        assert_eq!(Messages::default().count(&stream), 3);
+        for first in 0..=stream.len() {
+            for second in first..=stream.len() {
+                let mut messages = Messages::default();
+                let counted = messages.count(&stream[..first])
+                    + messages.count(&stream[first..second])
+                    + messages.count(&stream[second..]);
+                assert_eq!(counted, 3, "cut at {first} and {second}");
+            }
+        }
+        let mut messages = Messages::default();
+        assert_eq!(messages.count(&stream[..4]), 0, "a prefix not yet whole is no message");
     }
 }

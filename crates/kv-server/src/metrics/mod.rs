@@ -434,6 +434,8 @@ impl Metrics {
         collectors.extend(metrics.network.collectors());
         collectors.push(Box::new(metrics.grpc.started.clone()));
         collectors.push(Box::new(metrics.grpc.handled.clone()));
+        collectors.push(Box::new(metrics.grpc.received.clone()));
+        collectors.push(Box::new(metrics.grpc.sent.clone()));
         collectors.push(Box::new(prometheus::process_collector::ProcessCollector::for_self()));
         for collector in collectors {
             metrics
