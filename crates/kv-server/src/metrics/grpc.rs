@@ -29,6 +29,8 @@ use bytes::Bytes;
 use http_body::Frame;
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts};
 
+use crate::proto::GRPC_MESSAGE_PREFIX_BYTES;
+
 /// gRPC's codes, by number, as go-grpc-prometheus names them.
 const CODES: [&str; 17] = [
     "OK",
@@ -137,11 +139,60 @@ struct MethodCounters {
 /// which go-grpc-prometheus uses in etcd.
 const HANDLING_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
+/// The counter families go-grpc-prometheus serves, each by method.
+struct CounterVecs {
+    started: IntCounterVec,
+    handled: IntCounterVec,
+    received: IntCounterVec,
+    sent: IntCounterVec,
+}
+
+/// A family labelled by method: `grpc_type`, `grpc_service`,
+/// `grpc_method`.
+fn by_method(name: &str, help: &str) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), &["grpc_type", "grpc_service", "grpc_method"]).expect("valid counter")
+}
+
+impl CounterVecs {
+    fn new() -> CounterVecs {
+        CounterVecs {
+            started: by_method(
+                "grpc_server_started_total",
+                "Total number of RPCs started on the server.",
+            ),
+            handled: IntCounterVec::new(
+                Opts::new(
+                    "grpc_server_handled_total",
+                    "Total number of RPCs completed on the server, regardless of success or failure.",
+                ),
+                &["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
+            )
+            .expect("valid counter"),
+            received: by_method(
+                "grpc_server_msg_received_total",
+                "Total number of RPC stream messages received on the server.",
+            ),
+            sent: by_method(
+                "grpc_server_msg_sent_total",
+                "Total number of gRPC stream messages sent by the server.",
+            ),
+        }
+    }
+
+    /// The counters of the method `labels` names, timed with `handling`.
+    fn method(&self, (service, method, kind): MethodLabels, handling: OnceLock<Histogram>) -> MethodCounters {
+        MethodCounters {
+            started: self.started.with_label_values(&[kind, service, method]),
+            handled: CODES.map(|code| self.handled.with_label_values(&[kind, service, method, code])),
+            received: self.received.with_label_values(&[kind, service, method]),
+            sent: self.sent.with_label_values(&[kind, service, method]),
+            handling,
+        }
+    }
+}
+
 pub struct GrpcMetrics {
-    pub started: IntCounterVec,
-    pub handled: IntCounterVec,
-    pub received: IntCounterVec,
-    pub sent: IntCounterVec,
+    counters: CounterVecs,
     /// By request path (`/etcdserverpb.KV/Put`).
     methods: HashMap<String, MethodCounters>,
     /// With `--metrics=extensive`, `grpc_server_handling_seconds`.
@@ -160,20 +211,31 @@ impl GrpcMetrics {
         if let Some(counters) = self.methods.get(path) {
             return Some(counters);
         }
-        let ((service, method, kind), counters) = self.later.get(path)?;
+        let (labels, counters) = self.later.get(path)?;
         Some(counters.get_or_init(|| {
+            let (service, method, kind) = *labels;
             let handling = OnceLock::new();
             if let Some(histogram) = self.handling.get() {
                 let _ = handling.set(histogram.with_label_values(&[kind, service, method]));
             }
-            MethodCounters {
-                started: self.started.with_label_values(&[kind, service, method]),
-                handled: CODES.map(|code| self.handled.with_label_values(&[kind, service, method, code])),
-                received: self.received.with_label_values(&[kind, service, method]),
-                sent: self.sent.with_label_values(&[kind, service, method]),
-                handling,
-            }
+            self.counters.method(*labels, handling)
         }))
+    }
+
+    /// The counter families, to register.
+    pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        let CounterVecs {
+            started,
+            handled,
+            received,
+            sent,
+        } = &self.counters;
+        vec![
+            Box::new(started.clone()),
+            Box::new(handled.clone()),
+            Box::new(received.clone()),
+            Box::new(sent.clone()),
+        ]
     }
 
     /// `--metrics=extensive`: `grpc_server_handling_seconds`, every method
@@ -201,49 +263,11 @@ impl GrpcMetrics {
 
 impl Default for GrpcMetrics {
     fn default() -> GrpcMetrics {
-        let started = IntCounterVec::new(
-            Opts::new(
-                "grpc_server_started_total",
-                "Total number of RPCs started on the server.",
-            ),
-            &["grpc_type", "grpc_service", "grpc_method"],
-        )
-        .expect("valid counter");
-        let handled = IntCounterVec::new(
-            Opts::new(
-                "grpc_server_handled_total",
-                "Total number of RPCs completed on the server, regardless of success or failure.",
-            ),
-            &["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
-        )
-        .expect("valid counter");
-        let received = IntCounterVec::new(
-            Opts::new(
-                "grpc_server_msg_received_total",
-                "Total number of RPC stream messages received on the server.",
-            ),
-            &["grpc_type", "grpc_service", "grpc_method"],
-        )
-        .expect("valid counter");
-        let sent = IntCounterVec::new(
-            Opts::new(
-                "grpc_server_msg_sent_total",
-                "Total number of gRPC stream messages sent by the server.",
-            ),
-            &["grpc_type", "grpc_service", "grpc_method"],
-        )
-        .expect("valid counter");
+        let counters = CounterVecs::new();
         let methods = METHODS
             .iter()
-            .map(|&(service, method, kind)| {
-                let counters = MethodCounters {
-                    started: started.with_label_values(&[kind, service, method]),
-                    handled: CODES.map(|code| handled.with_label_values(&[kind, service, method, code])),
-                    received: received.with_label_values(&[kind, service, method]),
-                    sent: sent.with_label_values(&[kind, service, method]),
-                    handling: OnceLock::new(),
-                };
-                (format!("/{service}/{method}"), counters)
+            .map(|&labels @ (service, method, _)| {
+                (format!("/{service}/{method}"), counters.method(labels, OnceLock::new()))
             })
             .collect();
         let later = COUNTED_ONCE_CALLED
@@ -256,10 +280,7 @@ impl Default for GrpcMetrics {
             })
             .collect();
         GrpcMetrics {
-            started,
-            handled,
-            received,
-            sent,
+            counters,
             methods,
             handling: OnceLock::new(),
             later,
@@ -318,13 +339,8 @@ where
 
     fn poll_frame(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(context);
-        if let Poll::Ready(Some(Ok(frame))) = &polled {
-            if let (Some(data), Some(counter)) = (frame.data_ref(), self.counter) {
-                let found = self.messages.count(data);
-                if found > 0 {
-                    counter.inc_by(found);
-                }
-            }
+        if let (Poll::Ready(Some(Ok(frame))), Some(counter)) = (&polled, self.counter) {
+            self.messages.tally(frame, counter);
         }
         polled
     }
@@ -338,19 +354,30 @@ where
     }
 }
 
-/// Where a stream of gRPC messages stands: each message is a 5-byte
-/// prefix (a compressed flag and a big-endian length) and that many
-/// bytes, and a message's parts may fall in different frames.
+/// Where a stream of gRPC messages stands: each message is its prefix
+/// ([`GRPC_MESSAGE_PREFIX_BYTES`]: a compressed flag and a big-endian
+/// length) and that many bytes, and a message's parts may fall in
+/// different frames.
 #[derive(Debug, Default)]
 pub struct Messages {
     /// The prefix read so far, while one is incomplete.
-    prefix: [u8; 5],
+    prefix: [u8; GRPC_MESSAGE_PREFIX_BYTES],
     prefix_read: usize,
     /// Bytes of the current message's body not yet seen.
     left: usize,
 }
 
 impl Messages {
+    /// Counts on `counter` the messages that start in `frame`'s data.
+    fn tally(&mut self, frame: &Frame<Bytes>, counter: &IntCounter) {
+        if let Some(data) = frame.data_ref() {
+            let found = self.count(data);
+            if found > 0 {
+                counter.inc_by(found);
+            }
+        }
+    }
+
     /// Takes the next bytes of the stream; returns how many messages
     /// start in them.
     pub fn count(&mut self, mut data: &[u8]) -> u64 {
@@ -392,8 +419,8 @@ where
     response.map(|body| {
         Body::new(CountedBody {
             inner: body,
-            counters: Some(counting.counters),
-            sent: counting.counters,
+            counters: counting.counters,
+            handled: false,
             messages: Messages::default(),
             code_in_headers,
             started: counting.started,
@@ -412,10 +439,10 @@ fn grpc_status(headers: &axum::http::HeaderMap) -> Option<usize> {
 /// A response body that counts its call as handled when it ends.
 struct CountedBody<B: http_body::Body<Data = Bytes> + Unpin> {
     inner: B,
-    /// Taken when the call is counted.
-    counters: Option<&'static MethodCounters>,
-    /// The method's counters, for the messages sent.
-    sent: &'static MethodCounters,
+    counters: &'static MethodCounters,
+    /// Whether the call's end is counted.
+    handled: bool,
+    /// The messages sent.
     messages: Messages,
     code_in_headers: Option<usize>,
     /// When the call started, if its handling time is observed.
@@ -424,11 +451,13 @@ struct CountedBody<B: http_body::Body<Data = Bytes> + Unpin> {
 
 impl<B: http_body::Body<Data = Bytes> + Unpin> CountedBody<B> {
     fn count(&mut self, code: usize) {
-        if let Some(counters) = self.counters.take() {
-            counters.handled[code.min(CODES.len() - 1)].inc();
-            if let (Some(histogram), Some(started)) = (counters.handling.get(), self.started) {
-                histogram.observe(started.elapsed().as_secs_f64());
-            }
+        if std::mem::replace(&mut self.handled, true) {
+            return;
+        }
+        let counters = self.counters;
+        counters.handled[code.min(CODES.len() - 1)].inc();
+        if let (Some(histogram), Some(started)) = (counters.handling.get(), self.started) {
+            histogram.observe(started.elapsed().as_secs_f64());
         }
     }
 }
@@ -448,12 +477,8 @@ where
         let polled = Pin::new(&mut self.inner).poll_frame(context).map_err(axum::Error::new);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    let found = self.messages.count(data);
-                    if found > 0 {
-                        self.sent.sent.inc_by(found);
-                    }
-                }
+                let sent = &self.counters.sent;
+                self.messages.tally(frame, sent);
                 if let Some(code) = frame.trailers_ref().and_then(grpc_status) {
                     self.count(code);
                 }

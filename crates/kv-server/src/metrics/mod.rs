@@ -432,10 +432,7 @@ impl Metrics {
         collectors.extend(metrics.server.collectors());
         collectors.extend(metrics.mvcc.collectors());
         collectors.extend(metrics.network.collectors());
-        collectors.push(Box::new(metrics.grpc.started.clone()));
-        collectors.push(Box::new(metrics.grpc.handled.clone()));
-        collectors.push(Box::new(metrics.grpc.received.clone()));
-        collectors.push(Box::new(metrics.grpc.sent.clone()));
+        collectors.extend(metrics.grpc.collectors());
         collectors.push(Box::new(prometheus::process_collector::ProcessCollector::for_self()));
         for collector in collectors {
             metrics

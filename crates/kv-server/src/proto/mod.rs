@@ -7,3 +7,7 @@ pub use etcd_proto::*;
 
 pub mod convert;
 pub mod watch_wire;
+
+/// The prefix of each gRPC message in a call's body: a compressed flag,
+/// then the message's length, 4 bytes big-endian.
+pub const GRPC_MESSAGE_PREFIX_BYTES: usize = 5;

@@ -13,13 +13,11 @@ use http_body_util::BodyExt;
 use tonic::Status;
 
 use crate::api::grpc::GrpcServices;
-
-/// The 5-byte prefix of a gRPC message: not compressed, then its length.
-const FRAME_PREFIX_BYTES: usize = 5;
+use crate::proto::GRPC_MESSAGE_PREFIX_BYTES;
 
 /// One message framed for a gRPC body.
 pub fn frame(message: &[u8]) -> Bytes {
-    let mut framed = BytesMut::with_capacity(FRAME_PREFIX_BYTES + message.len());
+    let mut framed = BytesMut::with_capacity(GRPC_MESSAGE_PREFIX_BYTES + message.len());
     framed.extend_from_slice(&[0]);
     framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
     framed.extend_from_slice(message);
@@ -97,14 +95,14 @@ impl Call {
     }
 
     fn take_message(&mut self) -> Option<Bytes> {
-        if self.buffer.len() < FRAME_PREFIX_BYTES {
+        if self.buffer.len() < GRPC_MESSAGE_PREFIX_BYTES {
             return None;
         }
         let length = u32::from_be_bytes(self.buffer[1..5].try_into().expect("four bytes")) as usize;
-        if self.buffer.len() < FRAME_PREFIX_BYTES + length {
+        if self.buffer.len() < GRPC_MESSAGE_PREFIX_BYTES + length {
             return None;
         }
-        self.buffer.advance(FRAME_PREFIX_BYTES);
+        self.buffer.advance(GRPC_MESSAGE_PREFIX_BYTES);
         Some(self.buffer.split_to(length).freeze())
     }
 }
